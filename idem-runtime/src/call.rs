@@ -1,0 +1,392 @@
+//! One call: key → claim → run the body under a lease → store or release.
+
+use crate::codec::{self, Stored};
+use crate::context::{CallContext, CURRENT};
+use crate::error::Error;
+use crate::handle::Idem;
+use crate::key::{self, Digest};
+use crate::lease::{run_leased, Finished};
+use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
+use crate::protocol::{self, Decision};
+use crate::store::{Claim, Complete, Store};
+use serde::{de::DeserializeOwned, Serialize};
+use std::borrow::Cow;
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What a call returned, and whether it ran the body or replayed a stored result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<T> {
+    /// The body ran in this call.
+    Fresh(T),
+    /// A finished earlier attempt's stored result; the body did not run.
+    Replayed(T),
+}
+
+impl<T> Outcome<T> {
+    /// The value, fresh or replayed.
+    pub fn into_inner(self) -> T {
+        match self {
+            Outcome::Fresh(v) | Outcome::Replayed(v) => v,
+        }
+    }
+
+    /// True when the value was replayed from the store.
+    pub fn is_replayed(&self) -> bool {
+        matches!(self, Outcome::Replayed(_))
+    }
+}
+
+/// An idempotent call being set up: see [`Idem::call`].
+#[must_use = "a Call does nothing until `run`"]
+pub struct Call {
+    idem: Result<Idem, Error>,
+    name: Cow<'static, str>,
+    key: Option<Vec<u8>>,
+    scope: Option<Vec<u8>>,
+    fingerprint: Option<Vec<u8>>,
+    ttl: Option<Duration>,
+    lease: Option<Duration>,
+    wait: Option<Option<Duration>>,
+    error: Option<Error>,
+}
+
+/// Everything a call needs once it is set up.
+struct Prepared {
+    idem: Idem,
+    name: Cow<'static, str>,
+    key: Digest,
+    fingerprint: Digest,
+    scope: Option<Vec<u8>>,
+    ttl: Duration,
+    lease: Duration,
+    wait: Option<Duration>,
+}
+
+impl Call {
+    /// A call on `idem` in namespace `name`.
+    pub fn new(idem: &Idem, name: impl Into<Cow<'static, str>>) -> Call {
+        Call::on(Ok(idem.clone()), name.into())
+    }
+
+    /// A call on the installed handle ([`Idem::install`]); fails at `run` if there is none.
+    pub fn installed(name: impl Into<Cow<'static, str>>) -> Call {
+        let idem = Idem::installed().ok_or_else(|| {
+            Error::Config(
+                "no idem store is installed: call `Idem::install` at start-up, or pass \
+                 `store = …` to #[idempotent]"
+                    .into(),
+            )
+        });
+        Call::on(idem, name.into())
+    }
+
+    fn on(idem: Result<Idem, Error>, name: Cow<'static, str>) -> Call {
+        Call {
+            idem,
+            name,
+            key: None,
+            scope: None,
+            fingerprint: None,
+            ttl: None,
+            lease: None,
+            wait: None,
+            error: None,
+        }
+    }
+
+    fn encode<T: Serialize + ?Sized>(&mut self, what: &str, v: &T) -> Option<Vec<u8>> {
+        match key::canonical(v) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.error
+                    .get_or_insert(Error::Key(format!("{what} of {}: {e}", self.name)));
+                None
+            }
+        }
+    }
+
+    /// The key: the same on every retry of one logical operation. Any `Serialize` value; it is
+    /// stored only as a digest, so its size and content (NUL bytes, empty) do not matter.
+    pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
+        self.key = self.encode("key", key);
+        self
+    }
+
+    /// A tenant or principal: the same key in two scopes is two different keys.
+    pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
+        self.scope = self.encode("scope", scope);
+        self
+    }
+
+    /// What must match on a repeat with the same key (default: the key itself). A repeat with
+    /// another fingerprint is refused with [`Error::Mismatch`].
+    pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
+        self.fingerprint = self.encode("fingerprint", fingerprint);
+        self
+    }
+
+    /// How long the finished result is kept and replayed.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long the claim lives without renewal (renewed every `lease / 3` while the body runs).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// A duplicate waits up to `wait` for the attempt in flight and replays its result.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(Some(wait));
+        self
+    }
+
+    fn prepare(self) -> Result<Prepared, Error> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let idem = self.idem?;
+        let key_bytes = self
+            .key
+            .ok_or_else(|| Error::Config(format!("idempotent call {} has no key", self.name)))?;
+        let defaults = *idem.defaults();
+        let ttl = self.ttl.unwrap_or(defaults.ttl);
+        let lease = self.lease.unwrap_or(defaults.lease);
+        if lease.is_zero() {
+            return Err(Error::Config(format!(
+                "{}: lease must be above zero",
+                self.name
+            )));
+        }
+        let key = key::key_digest(&self.name, self.scope.as_deref(), &key_bytes);
+        let fingerprint =
+            key::fingerprint_digest(self.fingerprint.as_deref().unwrap_or(&key_bytes));
+        Ok(Prepared {
+            idem,
+            name: self.name,
+            key,
+            fingerprint,
+            scope: self.scope,
+            ttl,
+            lease,
+            wait: self.wait.unwrap_or(defaults.wait),
+        })
+    }
+
+    /// Runs `body` at most once per key: the first call runs it and stores its `Ok` value; a
+    /// repeat replays it. An `Err` releases the key. Idempotency failures become `E::from`.
+    pub async fn run<T, E, Fut>(self, body: Fut) -> Result<Outcome<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_with(ReleaseErrors, body).await
+    }
+
+    /// Like [`Call::run`], with an error policy: [`crate::KeepErrors`] stores every `Err`,
+    /// [`crate::DecideErrors`] decides per error.
+    pub async fn run_with<T, E, P, Fut>(self, policy: P, body: Fut) -> Result<Outcome<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.execute(policy, E::from, body).await
+    }
+
+    pub(crate) async fn execute<T, E, P, Fut>(
+        self,
+        policy: P,
+        into_err: fn(Error) -> E,
+        body: Fut,
+    ) -> Result<Outcome<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let call = self.prepare().map_err(into_err)?;
+        let store = call.idem.store();
+        let token = loop {
+            let claim = Claim {
+                name: &call.name,
+                key: &call.key,
+                fingerprint: &call.fingerprint,
+                lease: call.lease,
+            };
+            let outcome = store.claim(claim).await.map_err(into_err)?;
+            match protocol::decide(outcome, &call.fingerprint) {
+                Decision::Run { token } => break token,
+                Decision::Replay(bytes) => return replay(&policy, &bytes, into_err),
+                Decision::Mismatch => return Err(into_err(call.mismatch())),
+                Decision::InProgress { retry_after } => {
+                    let Some(wait) = call.wait else {
+                        return Err(into_err(call.in_progress(retry_after)));
+                    };
+                    match wait_for(store, &call, Instant::now() + wait).await {
+                        Waited::Decided(Decision::Replay(bytes)) => {
+                            return replay(&policy, &bytes, into_err)
+                        }
+                        Waited::Decided(Decision::Mismatch) => {
+                            return Err(into_err(call.mismatch()))
+                        }
+                        Waited::Decided(Decision::InProgress { retry_after }) => {
+                            return Err(into_err(call.in_progress(retry_after)))
+                        }
+                        Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
+                        Waited::Failed(e) => return Err(into_err(e)),
+                    }
+                }
+            }
+        };
+
+        let ctx = CallContext {
+            key: call.key,
+            token,
+            idem: call.idem.clone(),
+            scope: call.scope.clone(),
+            ttl: call.ttl,
+        };
+        let finished = run_leased(
+            store,
+            &call.key,
+            token,
+            call.lease,
+            CURRENT.scope(ctx, body),
+        )
+        .await;
+        match finished {
+            Finished::Panicked(payload) => {
+                call.release(store, token).await;
+                std::panic::resume_unwind(payload)
+            }
+            Finished::Done(Ok(value)) => match codec::encode_ok(&value) {
+                Ok(bytes) => {
+                    call.complete(store, token, &bytes)
+                        .await
+                        .map_err(into_err)?;
+                    Ok(Outcome::Fresh(value))
+                }
+                Err(e) => {
+                    // Nothing can be stored, so nothing could be replayed: free the key.
+                    call.release(store, token).await;
+                    Err(into_err(e))
+                }
+            },
+            Finished::Done(Err(error)) => match policy.on_error(&error) {
+                OnError::Release => {
+                    call.release(store, token).await;
+                    Err(error)
+                }
+                OnError::Keep => match policy.encode(&error) {
+                    Ok(bytes) => {
+                        call.complete(store, token, &bytes)
+                            .await
+                            .map_err(into_err)?;
+                        Err(error)
+                    }
+                    Err(e) => {
+                        call.release(store, token).await;
+                        Err(into_err(e))
+                    }
+                },
+            },
+        }
+    }
+}
+
+impl Prepared {
+    fn mismatch(&self) -> Error {
+        Error::Mismatch {
+            name: self.name.to_string(),
+            key: self.key.to_hex(),
+        }
+    }
+
+    fn in_progress(&self, retry_after: Duration) -> Error {
+        Error::InProgress {
+            name: self.name.to_string(),
+            key: self.key.to_hex(),
+            retry_after: Some(retry_after),
+        }
+    }
+
+    async fn complete(&self, store: &dyn Store, token: u64, value: &[u8]) -> Result<(), Error> {
+        let done = Complete {
+            key: &self.key,
+            token,
+            value,
+            ttl: self.ttl,
+        };
+        if store.complete(done).await? {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost {
+                name: self.name.to_string(),
+                key: self.key.to_hex(),
+                token,
+            })
+        }
+    }
+
+    /// Frees the key. A failure here is logged, not returned: the caller's own error (or panic)
+    /// matters more, and the claim lapses after its lease anyway.
+    async fn release(&self, store: &dyn Store, token: u64) {
+        match store.release(&self.key, token).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(name = %self.name, key = %self.key, token, "idem: release found the key taken over")
+            }
+            Err(e) => {
+                tracing::warn!(name = %self.name, key = %self.key, token, error = %e, "idem: release failed; the key lapses after its lease")
+            }
+        }
+    }
+}
+
+fn replay<T, E, P>(policy: &P, bytes: &[u8], into_err: fn(Error) -> E) -> Result<Outcome<T>, E>
+where
+    T: DeserializeOwned,
+    P: ErrorPolicy<E>,
+{
+    match codec::split::<T>(bytes).map_err(into_err)? {
+        Stored::Ok(json) => codec::decode(json).map(Outcome::Replayed).map_err(into_err),
+        Stored::Err(json) => Err(policy.decode(json).map_err(into_err)?),
+    }
+}
+
+enum Waited {
+    Decided(Decision),
+    /// The record is gone (released, or lapsed): claim again.
+    Free,
+    Failed(Error),
+}
+
+/// Waits until the attempt in flight finishes or `deadline` passes.
+async fn wait_for(store: &dyn Store, call: &Prepared, deadline: Instant) -> Waited {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return match store.get(&call.key).await {
+                Ok(Some(r)) => Waited::Decided(protocol::decide_existing(r, &call.fingerprint)),
+                Ok(None) => Waited::Free,
+                Err(e) => Waited::Failed(e),
+            };
+        }
+        store.changed(&call.key, deadline - now).await;
+        match store.get(&call.key).await {
+            Ok(None) => return Waited::Free,
+            Ok(Some(r)) => match protocol::decide_existing(r, &call.fingerprint) {
+                Decision::InProgress { .. } => continue,
+                d => return Waited::Decided(d),
+            },
+            Err(e) => return Waited::Failed(e),
+        }
+    }
+}

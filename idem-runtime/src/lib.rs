@@ -1,0 +1,32 @@
+//! The runtime of `idem`: the protocol, the stores, key derivation, errors, TTL and lease policy.
+//!
+//! Users depend on the `idem` facade crate, which re-exports all of this together with the
+//! `#[idempotent]` attribute. See the repository README for the guide.
+#![warn(missing_docs)]
+
+mod call;
+mod codec;
+mod context;
+mod error;
+mod handle;
+pub mod key;
+mod lease;
+mod policy;
+pub mod protocol;
+pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use call::{Call, Outcome};
+pub use codec::describe_value;
+pub use context::{current_key, current_token};
+pub use error::{BoxError, CodecError, CodecErrorKind, Error, StoreError};
+pub use handle::{Idem, Reaper};
+pub use policy::{
+    parse_duration, DecideErrors, Defaults, ErrorPolicy, KeepErrors, OnError, ReleaseErrors,
+};
+pub use store::Store;

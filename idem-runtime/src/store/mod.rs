@@ -1,0 +1,189 @@
+//! The `Store` trait: one atomic operation on the backend per protocol step.
+//!
+//! A store decides nothing about what a record *means*; the runtime's [`crate::protocol`] does.
+//! A store only has to make each step atomic and to apply the one liveness rule:
+//!
+//! > a record is **live** while `now < expires_at`, on the store's own clock.
+//!
+//! An in-progress record's `expires_at` is the end of its lease; a completed record's is the end
+//! of its TTL. A record that is not live is, for every step, the same as no record at all.
+//!
+//! Fencing tokens: a claim that creates or takes over a record gives it the token
+//! [`crate::protocol::next_token`] of the previous token and the store's clock, so a token is
+//! never reused for a key, not even after the record was purged and created anew. `complete`,
+//! `release` and `renew` act only when the record still holds the caller's token and is in
+//! progress.
+
+use crate::error::Error;
+use crate::key::Digest;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// A boxed, `Send` future: what every store method returns, so `Store` is object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The state of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Claimed by an attempt whose lease ends at `expires_at`.
+    InProgress,
+    /// Finished; the stored value is replayed until `expires_at`.
+    Completed,
+}
+
+impl Status {
+    /// The status as stored in a column: 0 in progress, 1 completed.
+    pub fn as_i16(self) -> i16 {
+        match self {
+            Status::InProgress => 0,
+            Status::Completed => 1,
+        }
+    }
+
+    /// The status from its column value.
+    pub fn from_i16(v: i16) -> Option<Status> {
+        match v {
+            0 => Some(Status::InProgress),
+            1 => Some(Status::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// One stored record, as a store returns it. Times are milliseconds since the Unix epoch on the
+/// store's clock; `now` is that clock when the record was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The namespace the key belongs to.
+    pub name: String,
+    /// The key's digest.
+    pub key: Digest,
+    /// The fingerprint of the arguments of the attempt that claimed it.
+    pub fingerprint: Digest,
+    /// The fencing token of the attempt that holds or finished it.
+    pub token: u64,
+    /// In progress or completed.
+    pub status: Status,
+    /// The stored result (completed records only).
+    pub value: Option<Vec<u8>>,
+    /// When the current attempt claimed it.
+    pub created_at: i64,
+    /// End of the lease (in progress) or of the TTL (completed).
+    pub expires_at: i64,
+    /// The store's clock when the record was read.
+    pub now: i64,
+}
+
+impl Record {
+    /// Time left until the record stops being live.
+    pub fn remaining(&self) -> Duration {
+        Duration::from_millis(self.expires_at.saturating_sub(self.now).max(0) as u64)
+    }
+}
+
+/// A request to claim a key.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The namespace (kept beside the digest so operators can list keys by name).
+    pub name: &'a str,
+    /// The key's digest.
+    pub key: &'a Digest,
+    /// The fingerprint of this attempt's arguments.
+    pub fingerprint: &'a Digest,
+    /// How long the claim lives without renewal.
+    pub lease: Duration,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// There was no live record: this attempt now holds the key with this fencing token.
+    Claimed {
+        /// The new fencing token.
+        token: u64,
+    },
+    /// A live record exists; nothing was written.
+    Existing(Record),
+}
+
+/// A request to store a finished result.
+#[derive(Debug, Clone, Copy)]
+pub struct Complete<'a> {
+    /// The key's digest.
+    pub key: &'a Digest,
+    /// The token the claim returned.
+    pub token: u64,
+    /// The encoded result.
+    pub value: &'a [u8],
+    /// How long the result is kept and replayed.
+    pub ttl: Duration,
+}
+
+/// A backend for idempotency records. Each method is **one atomic operation** on the backend
+/// (one statement, one transaction, one script, one critical section).
+pub trait Store: Send + Sync + 'static {
+    /// A short name for errors and traces: `"memory"`, `"sqlite"`, …
+    fn backend(&self) -> &'static str;
+
+    /// Atomically: if no live record exists, write an in-progress record (fingerprint, new
+    /// token, `expires_at = now + lease`) and return `Claimed`; otherwise return the live record.
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>>;
+
+    /// Atomically: if the record is in progress with this token, make it completed with this
+    /// value and `expires_at = now + ttl`, and return `true`; otherwise change nothing, `false`.
+    fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Atomically: if the record is in progress with this token, delete it and return `true`.
+    fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Atomically: if the record is in progress with this token, set `expires_at = now + lease`
+    /// and return `true`.
+    fn renew<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// The live record of a key, if any.
+    fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>>;
+
+    /// Deletes at most `limit` records that are no longer live; returns how many it deleted.
+    /// Bounded so that it never holds the backend for long: call it in a loop to drain.
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>>;
+
+    /// Resolves when the record of `key` may have changed (completed or released), or after
+    /// `timeout`. A store without notifications polls: the default sleeps a short interval.
+    fn changed<'a>(&'a self, key: &'a Digest, timeout: Duration) -> BoxFuture<'a, ()> {
+        let _ = key;
+        Box::pin(tokio::time::sleep(timeout.min(Duration::from_millis(25))))
+    }
+
+    /// Deletes the record of `key` whatever its state (an operator's release after an incident
+    /// review). Returns the record that was deleted.
+    fn force_release<'a>(&'a self, key: &'a Digest)
+        -> BoxFuture<'a, Result<Option<Record>, Error>>;
+}
+
+/// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of
+/// their own: the memory and SQLite stores).
+pub(crate) fn local_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A duration as whole milliseconds, saturating (for `now + ttl` arithmetic in every store).
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
