@@ -58,7 +58,6 @@ struct Prepared {
     name: Cow<'static, str>,
     key: Digest,
     fingerprint: Digest,
-    scope: Option<Vec<u8>>,
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
@@ -170,7 +169,6 @@ impl Call {
             name: self.name,
             key,
             fingerprint,
-            scope: self.scope,
             ttl,
             lease,
             wait: self.wait.unwrap_or(defaults.wait),
@@ -249,9 +247,6 @@ impl Call {
         let ctx = CallContext {
             key: call.key,
             token,
-            idem: call.idem.clone(),
-            scope: call.scope.clone(),
-            ttl: call.ttl,
         };
         let finished = run_leased(
             store,

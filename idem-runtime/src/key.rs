@@ -152,11 +152,6 @@ pub fn fingerprint_digest(encoded: &[u8]) -> Digest {
     Digest(h.finalize().into())
 }
 
-/// The key of a step: its parent's digest, the step's name and the step's own key.
-pub(crate) fn child_namespace(parent: &Digest, name: &str) -> String {
-    format!("{}/{}", parent.to_hex(), name)
-}
-
 struct Canon<'a> {
     out: &'a mut Vec<u8>,
 }
