@@ -62,8 +62,11 @@ fn corrupt<T>(message: String) -> Error {
 
 pub(crate) fn decode<T: DeserializeOwned>(json: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(json).map_err(|e| {
+        // The decoder stops at the first thing that does not fit `T`, even in bytes that are
+        // not JSON at all; only well-formed JSON of another shape is a type change.
+        let well_formed = serde_json::from_slice::<serde::de::IgnoredAny>(json).is_ok();
         let kind = match e.classify() {
-            serde_json::error::Category::Data => CodecErrorKind::TypeChanged,
+            serde_json::error::Category::Data if well_formed => CodecErrorKind::TypeChanged,
             _ => CodecErrorKind::Corrupt,
         };
         Error::Codec(CodecError {
