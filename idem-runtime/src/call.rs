@@ -1,7 +1,7 @@
 //! One call: key → claim → run the body under a lease → store or release.
 
 use crate::codec::{self, Stored};
-use crate::context::{CallContext, CURRENT};
+use crate::context::{self, CallContext, CURRENT};
 use crate::error::Error;
 use crate::handle::Idem;
 use crate::key::{self, Digest};
@@ -41,8 +41,10 @@ impl<T> Outcome<T> {
 /// An idempotent call being set up: see [`Idem::call`].
 #[must_use = "a Call does nothing until `run`"]
 pub struct Call {
-    idem: Result<Idem, Error>,
+    /// `None`: the parent's handle for a step inside a call, else the installed one.
+    idem: Option<Idem>,
     name: Cow<'static, str>,
+    step: bool,
     key: Option<Vec<u8>>,
     scope: Option<Vec<u8>>,
     fingerprint: Option<Vec<u8>>,
@@ -58,6 +60,7 @@ struct Prepared {
     name: Cow<'static, str>,
     key: Digest,
     fingerprint: Digest,
+    scope: Option<Vec<u8>>,
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
@@ -66,25 +69,20 @@ struct Prepared {
 impl Call {
     /// A call on `idem` in namespace `name`.
     pub fn new(idem: &Idem, name: impl Into<Cow<'static, str>>) -> Call {
-        Call::on(Ok(idem.clone()), name.into())
+        Call::on(Some(idem.clone()), name.into())
     }
 
     /// A call on the installed handle ([`Idem::install`]); fails at `run` if there is none.
+    /// (A step inside an idempotent call uses its parent's handle instead.)
     pub fn installed(name: impl Into<Cow<'static, str>>) -> Call {
-        let idem = Idem::installed().ok_or_else(|| {
-            Error::Config(
-                "no idem store is installed: call `Idem::install` at start-up, or pass \
-                 `store = …` to #[idempotent]"
-                    .into(),
-            )
-        });
-        Call::on(idem, name.into())
+        Call::on(None, name.into())
     }
 
-    fn on(idem: Result<Idem, Error>, name: Cow<'static, str>) -> Call {
+    fn on(idem: Option<Idem>, name: Cow<'static, str>) -> Call {
         Call {
             idem,
             name,
+            step: false,
             key: None,
             scope: None,
             fingerprint: None,
@@ -144,16 +142,44 @@ impl Call {
         self
     }
 
-    fn prepare(self) -> Result<Prepared, Error> {
+    /// Makes this call a step of the idempotent call it runs in: its key is taken under the
+    /// parent's logical call (parent's key, this name, this key), and it inherits the parent's
+    /// store, scope and TTL unless it sets its own. A completed step replays on the parent's
+    /// retry; a failed one runs again. Outside any idempotent call it is an ordinary call.
+    pub fn step(mut self) -> Self {
+        self.step = true;
+        self
+    }
+
+    fn prepare(mut self) -> Result<Prepared, Error> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let idem = self.idem?;
+        let parent = if self.step { context::current() } else { None };
+        if let Some(parent) = &parent {
+            self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
+            self.idem = self.idem.or_else(|| Some(parent.idem.clone()));
+            self.scope = self.scope.or_else(|| parent.scope.clone());
+        }
+        let idem = match self.idem.take() {
+            Some(idem) => idem,
+            None => Idem::installed().ok_or_else(|| {
+                Error::Config(
+                    "no idem store is installed: call `Idem::install` at start-up, or pass \
+                     `store = …` to #[idempotent]"
+                        .into(),
+                )
+            })?,
+        };
         let key_bytes = self
             .key
             .ok_or_else(|| Error::Config(format!("idempotent call {} has no key", self.name)))?;
         let defaults = *idem.defaults();
-        let ttl = self.ttl.unwrap_or(defaults.ttl);
+        let mut ttl = self.ttl.unwrap_or(defaults.ttl);
+        if let Some(parent) = &parent {
+            // A step's record never outlives its parent's by more than the parent's TTL.
+            ttl = self.ttl.map_or(parent.ttl, |t| t.min(parent.ttl));
+        }
         let lease = self.lease.unwrap_or(defaults.lease);
         if lease.is_zero() {
             return Err(Error::Config(format!(
@@ -169,6 +195,7 @@ impl Call {
             name: self.name,
             key,
             fingerprint,
+            scope: self.scope,
             ttl,
             lease,
             wait: self.wait.unwrap_or(defaults.wait),
@@ -177,32 +204,52 @@ impl Call {
 
     /// Runs `body` at most once per key: the first call runs it and stores its `Ok` value; a
     /// repeat replays it. An `Err` releases the key. Idempotency failures become `E::from`.
-    pub async fn run<T, E, Fut>(self, body: Fut) -> Result<Outcome<T>, E>
+    pub fn run<T, E, Fut>(self, body: Fut) -> impl Future<Output = Result<Outcome<T>, E>>
     where
         T: Serialize + DeserializeOwned,
         E: From<Error>,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.run_with(ReleaseErrors, body).await
+        self.run_with(ReleaseErrors, body)
     }
 
     /// Like [`Call::run`], with an error policy: [`crate::KeepErrors`] stores every `Err`,
     /// [`crate::DecideErrors`] decides per error.
-    pub async fn run_with<T, E, P, Fut>(self, policy: P, body: Fut) -> Result<Outcome<T>, E>
+    pub fn run_with<T, E, P, Fut>(
+        self,
+        policy: P,
+        body: Fut,
+    ) -> impl Future<Output = Result<Outcome<T>, E>>
     where
         T: Serialize + DeserializeOwned,
         E: From<Error>,
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.execute(policy, E::from, body).await
+        self.execute(policy, E::from, body)
     }
 
-    pub(crate) async fn execute<T, E, P, Fut>(
+    /// The body goes on the heap at once: a call's future then has the same size whatever the
+    /// body, so calls nested in bodies (steps) grow by a constant, not by a factor per level.
+    pub(crate) fn execute<T, E, P, Fut>(
         self,
         policy: P,
         into_err: fn(Error) -> E,
         body: Fut,
+    ) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        T: Serialize + DeserializeOwned,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.execute_boxed(policy, into_err, Box::pin(body))
+    }
+
+    async fn execute_boxed<T, E, P, Fut>(
+        self,
+        policy: P,
+        into_err: fn(Error) -> E,
+        body: std::pin::Pin<Box<Fut>>,
     ) -> Result<Outcome<T>, E>
     where
         T: Serialize + DeserializeOwned,
@@ -247,6 +294,9 @@ impl Call {
         let ctx = CallContext {
             key: call.key,
             token,
+            idem: call.idem.clone(),
+            scope: call.scope.clone(),
+            ttl: call.ttl,
         };
         let finished = run_leased(
             store,
@@ -384,4 +434,35 @@ async fn wait_for(store: &dyn Store, call: &Prepared, deadline: Instant) -> Wait
             Err(e) => return Waited::Failed(e),
         }
     }
+}
+
+/// A step of the idempotent call it runs in, for a block not worth its own function:
+///
+/// ```
+/// # async fn demo() -> Result<(), idem::Error> {
+/// # let idem = idem::Idem::memory();
+/// idem.call("checkout").key("order-1").run(async {
+///     let reserved = idem::step("reserve", || async { Ok::<_, idem::Error>(3u32) }).await?;
+///     for item in 0..reserved {
+///         idem::step(&("ship", item), || async { Ok::<_, idem::Error>(()) }).await?;
+///     }
+///     Ok::<_, idem::Error>(())
+/// }).await?;
+/// # Ok(()) }
+/// ```
+///
+/// Keyed under the parent's logical call (its `current_key()`), the step name `"step"` and
+/// `key`; it inherits the parent's store, scope and TTL. A completed step replays on the
+/// parent's retry; a failed one runs again. Outside any idempotent call it is an ordinary
+/// call on the installed handle, in namespace `"step"`.
+pub fn step<K, T, E, F, Fut>(key: &K, body: F) -> impl Future<Output = Result<T, E>>
+where
+    K: Serialize + ?Sized,
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let call = Call::installed("step").step().key(key).run(body());
+    async move { call.await.map(Outcome::into_inner) }
 }

@@ -1,12 +1,17 @@
 //! The logical call a body runs in: what `current_key()` reads, and what steps nest under.
 
+use crate::handle::Idem;
 use crate::key::Digest;
+use std::time::Duration;
 
 /// The call a body is running in.
 #[derive(Clone)]
 pub(crate) struct CallContext {
     pub(crate) key: Digest,
     pub(crate) token: u64,
+    pub(crate) idem: Idem,
+    pub(crate) scope: Option<Vec<u8>>,
+    pub(crate) ttl: Duration,
 }
 
 tokio::task_local! {
@@ -24,4 +29,9 @@ pub fn current_key() -> Option<String> {
 /// store can refuse writes carrying a token lower than one it has seen.
 pub fn current_token() -> Option<u64> {
     CURRENT.try_with(|c| c.token).ok()
+}
+
+/// The call the current body runs in, for steps to nest under.
+pub(crate) fn current() -> Option<CallContext> {
+    CURRENT.try_with(|c| c.clone()).ok()
 }

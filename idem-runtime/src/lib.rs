@@ -21,7 +21,7 @@ pub mod testkit;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use call::{Call, Outcome};
+pub use call::{step, Call, Outcome};
 pub use codec::describe_value;
 pub use context::{current_key, current_token};
 pub use error::{BoxError, CodecError, CodecErrorKind, Error, StoreError};

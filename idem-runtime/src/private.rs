@@ -45,16 +45,15 @@ impl<E: From<Error>> FromIdemError for E {
 }
 
 /// Runs an expanded function's body.
-pub async fn run<T, E, P, Fut>(call: Call, policy: P, body: Fut) -> Result<T, E>
+pub fn run<T, E, P, Fut>(call: Call, policy: P, body: Fut) -> impl Future<Output = Result<T, E>>
 where
     T: Serialize + DeserializeOwned,
     E: FromIdemError,
     P: ErrorPolicy<E>,
     Fut: Future<Output = Result<T, E>>,
 {
-    call.execute(policy, E::from_idem, body)
-        .await
-        .map(Outcome::into_inner)
+    let call = call.execute(policy, E::from_idem, body);
+    async move { call.await.map(Outcome::into_inner) }
 }
 
 /// A `Duration` from a value the attribute accepted (a literal converted at compile time, or
