@@ -16,3 +16,8 @@ pub use idem_macros::idempotent;
 #[doc(hidden)]
 pub use idem_runtime::__private;
 pub use idem_runtime::*;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
