@@ -1,0 +1,232 @@
+//! The rewrite: the body stays in the same function, as an `async move` block run by
+//! `__private::run` under a claim. Generated code reaches the runtime only via `#krate::__private`.
+
+use crate::args::{Args, DurationArg, OnErrorArg};
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+
+/// One argument of the function, as the default key sees it.
+enum Arg {
+    /// `name: T` (or `mut name: T`, `ref name: T`).
+    Named(Ident),
+    /// A destructuring pattern, `_`, …: it has no name to put in a key.
+    Pattern(Span),
+}
+
+/// Expands `#[idempotent(args)] item`. On a misuse, the errors plus the function as written (so
+/// that its callers do not add a cascade of errors of their own).
+pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
+    let mut errors: Vec<syn::Error> = Vec::new();
+    let sig = &item.sig;
+
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "#[idempotent] needs an `async fn`: write `async fn`; the body runs under a claim \
+             in the store, which is awaited",
+        ));
+    }
+
+    let ret: Option<Type> = match &sig.output {
+        ReturnType::Type(_, ty) if is_result(ty) => Some((**ty).clone()),
+        ReturnType::Type(_, ty) => {
+            errors.push(syn::Error::new(
+                ty.span(),
+                "an #[idempotent] function must return `Result<T, E>` (any `…::Result` alias \
+                 works): idempotency failures reach the caller as `Err(E::from(idem::Error))`",
+            ));
+            None
+        }
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.ident.span(),
+                "an #[idempotent] function must return `Result<T, E>` (with `E: From<idem::Error>`): \
+                 add a return type; idempotency failures reach the caller as `Err`",
+            ));
+            None
+        }
+    };
+
+    let mut fn_args: Vec<Arg> = Vec::new();
+    for input in &sig.inputs {
+        if let FnArg::Typed(pt) = input {
+            fn_args.push(match &*pt.pat {
+                Pat::Ident(pi) if pi.subpat.is_none() => Arg::Named(pi.ident.clone()),
+                other => Arg::Pattern(other.span()),
+            });
+        }
+    }
+    let names: Vec<&Ident> = fn_args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Named(i) => Some(i),
+            Arg::Pattern(_) => None,
+        })
+        .collect();
+
+    for skipped in &args.skip {
+        if !names.iter().any(|n| *n == skipped) {
+            let real = if names.is_empty() {
+                format!("`{}` has no named arguments", sig.ident)
+            } else {
+                let list = names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("its arguments are {list}")
+            };
+            errors.push(syn::Error::new(
+                skipped.span(),
+                format!(
+                    "`skip({skipped})`: `{}` has no argument `{skipped}`; {real}",
+                    sig.ident
+                ),
+            ));
+        }
+    }
+
+    // `store = handle` where `handle` is an argument: a handle is never part of the key.
+    let store_arg: Option<Ident> = match &args.store {
+        Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident().cloned(),
+        _ => None,
+    };
+    let in_default = |name: &Ident| {
+        !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name)
+    };
+
+    // The default key and fingerprint: every argument not skipped, in order.
+    let needs_default = args.key.is_none() || args.fingerprint.is_none();
+    let mut parts: Vec<TokenStream> = Vec::new();
+    let krate: TokenStream = match &args.krate {
+        Some(p) => p.to_token_stream(),
+        None => quote!(::idem),
+    };
+    for arg in &fn_args {
+        match arg {
+            Arg::Named(name) if in_default(name) => {
+                parts.push(quote_spanned! {name.span()=>
+                    #krate::__private::key_part(&#name)
+                });
+            }
+            Arg::Named(_) => {}
+            Arg::Pattern(span) if needs_default => {
+                let what = match (args.key.is_none(), args.fingerprint.is_none()) {
+                    (true, true) => "`key = …` and `fingerprint = …`",
+                    (true, false) => "`key = …`",
+                    _ => "`fingerprint = …`",
+                };
+                errors.push(syn::Error::new(
+                    *span,
+                    format!(
+                        "this argument is a pattern, not a name, so it cannot be part of the default \
+                         key and fingerprint of #[idempotent]: bind it to a name (e.g. \
+                         `pair: (u8, u8)`, and destructure it in the body), or set {what}"
+                    ),
+                ));
+            }
+            Arg::Pattern(_) => {}
+        }
+    }
+
+    if let Some(e) = errors.into_iter().reduce(|mut a, b| {
+        a.combine(b);
+        a
+    }) {
+        let err = e.to_compile_error();
+        return quote!(#err #item);
+    }
+    let ret = ret.expect("checked above");
+
+    let name = args.name.clone().unwrap_or_else(|| {
+        LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span())
+    });
+    let default_tuple = quote!(( #(#parts,)* ));
+
+    let builder = match &args.store {
+        Some(store) => {
+            let store_ref = quote_spanned!(store.span()=> &(#store));
+            quote!(#krate::__private::CallBuilder::new(#store_ref, #name))
+        }
+        None => quote!(#krate::__private::CallBuilder::installed(#name)),
+    };
+    let mut setup = builder;
+    match &args.key {
+        Some(key) => setup.extend(quote_spanned!(key.span()=> .key(&(#key)))),
+        None => setup.extend(quote!(.key(&#default_tuple))),
+    }
+    match (&args.key, &args.fingerprint) {
+        (_, Some(fp)) => setup.extend(quote_spanned!(fp.span()=> .fingerprint(&(#fp)))),
+        (Some(_), None) => setup.extend(quote!(.fingerprint(&#default_tuple))),
+        // Both default: the fingerprint defaults to the key.
+        (None, None) => {}
+    }
+    if let Some(scope) = &args.scope {
+        setup.extend(quote_spanned!(scope.span()=> .scope(&(#scope))));
+    }
+    for (method, value) in [("ttl", &args.ttl), ("lease", &args.lease), ("wait", &args.wait)] {
+        if let Some(value) = value {
+            let method = Ident::new(method, Span::call_site());
+            let d = duration(&krate, value);
+            setup.extend(quote!(.#method(#d)));
+        }
+    }
+
+    let policy = match &args.on_error {
+        None | Some(OnErrorArg::Release) => quote!(#krate::__private::ReleaseErrors),
+        Some(OnErrorArg::Keep) => quote!(#krate::__private::KeepErrors),
+        Some(OnErrorArg::Decide(path)) => {
+            quote_spanned!(path.span()=> #krate::__private::decide(#path))
+        }
+    };
+
+    // Unsatisfied bounds of `run` (`T: Serialize`, `E: From<idem::Error>`) point at the return type.
+    let run = quote_spanned!(ret.span()=> #krate::__private::run);
+    let stmts = &item.block.stmts;
+    let body = quote! {{
+        let __idem_call = #setup;
+        #run(__idem_call, #policy, async move {
+            // Pins the block's return type, so that `?` and `return` in the body infer.
+            if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
+                #[allow(unreachable_code)]
+                return __idem_ret;
+            }
+            let __idem_ret: #ret = { #(#stmts)* };
+            #[allow(unreachable_code)]
+            __idem_ret
+        })
+        .await
+    }};
+    item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
+    item.into_token_stream()
+}
+
+/// `Result<..>`, `io::Result<T>`, `anyhow::Result<T>`, …: any path whose last segment is `Result`.
+fn is_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Result"),
+        Type::Group(g) => is_result(&g.elem),
+        Type::Paren(p) => is_result(&p.elem),
+        _ => false,
+    }
+}
+
+fn duration(krate: &TokenStream, d: &DurationArg) -> TokenStream {
+    match d {
+        DurationArg::Millis(ms, span) => {
+            let secs = (ms / 1000) as u64;
+            let nanos = ((ms % 1000) * 1_000_000) as u32;
+            quote_spanned!(*span=>
+                #krate::__private::duration(::core::time::Duration::new(#secs, #nanos))
+            )
+        }
+        DurationArg::Expr(e) => quote_spanned!(e.span()=> #krate::__private::duration(#e)),
+    }
+}

@@ -1,0 +1,474 @@
+//! `#[idempotent]` end to end on the memory store: real calls, bodies counted.
+
+use idem::{idempotent, Idem, OnError};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone)]
+enum AppError {
+    Idem(String),
+    Mismatch,
+    InProgress,
+    Declined(String),
+    Transient,
+}
+
+impl From<idem::Error> for AppError {
+    fn from(e: idem::Error) -> Self {
+        match e {
+            idem::Error::Mismatch { .. } => AppError::Mismatch,
+            idem::Error::InProgress { .. } => AppError::InProgress,
+            other => AppError::Idem(other.to_string()),
+        }
+    }
+}
+
+mod app {
+    /// An `io::Result`-style alias.
+    pub type Result<T> = std::result::Result<T, super::AppError>;
+}
+
+/// Counts body runs; not `Serialize`, so it must be skipped.
+#[derive(Default)]
+struct Counter(AtomicUsize);
+
+impl Counter {
+    fn hit(&self) -> usize {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+// ---------------------------------------------------------------- default key
+
+#[idempotent(store = idem, skip(runs))]
+async fn charge(order: u64, amount: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    Ok(order * 1000 + amount)
+}
+
+#[tokio::test]
+async fn body_runs_once_and_replays() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(charge(1, 50, &idem, &runs).await, Ok(1050));
+    assert_eq!(charge(1, 50, &idem, &runs).await, Ok(1050));
+    assert_eq!(runs.get(), 1);
+}
+
+#[tokio::test]
+async fn default_key_is_every_argument_not_skipped() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(charge(1, 50, &idem, &runs).await, Ok(1050));
+    assert_eq!(charge(1, 60, &idem, &runs).await, Ok(1060));
+    assert_eq!(charge(2, 50, &idem, &runs).await, Ok(2050));
+    assert_eq!(runs.get(), 3);
+    // A skipped argument is not in the key: another counter, same key, a replay.
+    let other = Counter::default();
+    assert_eq!(charge(1, 60, &idem, &other).await, Ok(1060));
+    assert_eq!(other.get(), 0);
+}
+
+// ---------------------------------------------------------------- key and fingerprint
+
+#[idempotent(key = order, store = idem, skip(runs))]
+async fn pay(order: u64, amount: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    Ok(amount)
+}
+
+#[tokio::test]
+async fn key_given_fingerprint_defaults_to_the_arguments() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(pay(7, 10, &idem, &runs).await, Ok(10));
+    assert_eq!(pay(7, 10, &idem, &runs).await, Ok(10));
+    // Same key, other arguments: refused, and the refusal reaches the caller as `E::from`.
+    assert_eq!(pay(7, 20, &idem, &runs).await, Err(AppError::Mismatch));
+    assert_eq!(runs.get(), 1);
+}
+
+#[idempotent(key = req.0, fingerprint = req.1, store = idem, skip(runs))]
+async fn pay_fp(req: (u64, u64, u64), idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    Ok(req.2)
+}
+
+#[tokio::test]
+async fn explicit_fingerprint() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(pay_fp((1, 5, 100), &idem, &runs).await, Ok(100));
+    // The third field is neither key nor fingerprint: a replay.
+    assert_eq!(pay_fp((1, 5, 999), &idem, &runs).await, Ok(100));
+    assert_eq!(pay_fp((1, 6, 100), &idem, &runs).await, Err(AppError::Mismatch));
+    assert_eq!(runs.get(), 1);
+}
+
+// ---------------------------------------------------------------- on_error
+
+#[idempotent(store = idem, skip(runs))]
+async fn flaky_release(n: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    if runs.hit() == 1 {
+        return Err(AppError::Transient);
+    }
+    Ok(n)
+}
+
+#[tokio::test]
+async fn default_policy_releases_errors() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(flaky_release(3, &idem, &runs).await, Err(AppError::Transient));
+    assert_eq!(flaky_release(3, &idem, &runs).await, Ok(3));
+    assert_eq!(flaky_release(3, &idem, &runs).await, Ok(3));
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(store = idem, skip(runs), on_error = keep)]
+async fn declined(n: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    Err(AppError::Declined(format!("card {n}")))
+}
+
+#[tokio::test]
+async fn on_error_keep_replays_the_error() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    let want = Err(AppError::Declined("card 4".into()));
+    assert_eq!(declined(4, &idem, &runs).await, want);
+    assert_eq!(declined(4, &idem, &runs).await, want);
+    assert_eq!(runs.get(), 1);
+}
+
+fn keep_final(e: &AppError) -> OnError {
+    match e {
+        AppError::Transient => OnError::Release,
+        _ => OnError::Keep,
+    }
+}
+
+#[idempotent(store = idem, skip(runs, fail), on_error = keep_final)]
+async fn decided(n: u64, fail: AppError, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    let _ = n;
+    Err(fail)
+}
+
+#[tokio::test]
+async fn on_error_path_decides_per_error() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    // Transient: released, so the next call runs again.
+    assert_eq!(decided(1, AppError::Transient, &idem, &runs).await, Err(AppError::Transient));
+    assert_eq!(decided(1, AppError::Transient, &idem, &runs).await, Err(AppError::Transient));
+    assert_eq!(runs.get(), 2);
+    // Declined: kept and replayed, whatever error the next attempt would have had.
+    let final_err = AppError::Declined("no".into());
+    assert_eq!(decided(2, final_err.clone(), &idem, &runs).await, Err(final_err.clone()));
+    assert_eq!(decided(2, AppError::Transient, &idem, &runs).await, Err(final_err));
+    assert_eq!(runs.get(), 3);
+}
+
+// ---------------------------------------------------------------- name and scope
+
+#[idempotent(store = idem, skip(runs), name = "shared.v1")]
+async fn shared_a(n: u64, idem: &Idem, runs: &Counter) -> Result<String, AppError> {
+    runs.hit();
+    Ok(format!("a{n}"))
+}
+
+#[idempotent(store = idem, skip(runs), name = "shared.v1")]
+async fn shared_b(n: u64, idem: &Idem, runs: &Counter) -> Result<String, AppError> {
+    runs.hit();
+    Ok(format!("b{n}"))
+}
+
+#[idempotent(store = idem, skip(runs))]
+async fn own_name(n: u64, idem: &Idem, runs: &Counter) -> Result<String, AppError> {
+    runs.hit();
+    Ok(format!("c{n}"))
+}
+
+#[tokio::test]
+async fn name_is_the_namespace() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(shared_a(1, &idem, &runs).await, Ok("a1".into()));
+    // Same name, same key: b replays a's result.
+    assert_eq!(shared_b(1, &idem, &runs).await, Ok("a1".into()));
+    assert_eq!(runs.get(), 1);
+    // Another name (the default: the function's), same key: its own namespace.
+    assert_eq!(own_name(1, &idem, &runs).await, Ok("c1".into()));
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(store = idem, skip(runs, tenant), scope = tenant)]
+async fn scoped(tenant: &str, n: u64, idem: &Idem, runs: &Counter) -> Result<String, AppError> {
+    runs.hit();
+    Ok(format!("{tenant}:{n}"))
+}
+
+#[tokio::test]
+async fn scope_separates_keys() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(scoped("acme", 1, &idem, &runs).await, Ok("acme:1".into()));
+    assert_eq!(scoped("umbrella", 1, &idem, &runs).await, Ok("umbrella:1".into()));
+    assert_eq!(scoped("acme", 1, &idem, &runs).await, Ok("acme:1".into()));
+    assert_eq!(runs.get(), 2);
+}
+
+// ---------------------------------------------------------------- methods, generics, traits
+
+struct Account {
+    idem: Idem,
+    balance: u64,
+}
+
+impl Account {
+    /// A `&mut self` method; the handle is a field.
+    #[idempotent(store = self.idem)]
+    async fn deposit(&mut self, id: u64, amount: u64) -> Result<u64, AppError> {
+        let _ = id;
+        self.balance += amount;
+        Ok(self.balance)
+    }
+}
+
+#[tokio::test]
+async fn mut_self_method() {
+    let mut acct = Account {
+        idem: Idem::memory(),
+        balance: 0,
+    };
+    assert_eq!(acct.deposit(1, 10).await, Ok(10));
+    assert_eq!(acct.deposit(1, 10).await, Ok(10));
+    assert_eq!(acct.deposit(2, 5).await, Ok(15));
+    assert_eq!(acct.balance, 15);
+}
+
+struct Service {
+    idem: Arc<Idem>,
+    runs: Counter,
+}
+
+impl Service {
+    /// A `&self` method; the handle is an `Arc<Idem>` field.
+    #[idempotent(store = self.idem)]
+    async fn lookup(&self, id: u64) -> app::Result<u64> {
+        self.runs.hit();
+        Ok(id + 1)
+    }
+}
+
+#[tokio::test]
+async fn ref_self_method_with_arc_and_result_alias() {
+    let svc = Service {
+        idem: Arc::new(Idem::memory()),
+        runs: Counter::default(),
+    };
+    assert_eq!(svc.lookup(1).await, Ok(2));
+    assert_eq!(svc.lookup(1).await, Ok(2));
+    assert_eq!(svc.runs.get(), 1);
+}
+
+#[idempotent(store = idem, skip(runs))]
+async fn echo<T>(value: T, idem: &Idem, runs: &Counter) -> Result<T, AppError>
+where
+    T: Serialize + DeserializeOwned + Send,
+{
+    runs.hit();
+    Ok(value)
+}
+
+#[tokio::test]
+async fn generic_fn() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(echo(vec![1u8, 2], &idem, &runs).await, Ok(vec![1, 2]));
+    assert_eq!(echo(vec![1u8, 2], &idem, &runs).await, Ok(vec![1, 2]));
+    assert_eq!(echo("x".to_string(), &idem, &runs).await, Ok("x".to_string()));
+    assert_eq!(runs.get(), 2);
+}
+
+trait Charger {
+    async fn charge(&self, order: u64) -> Result<u64, AppError>;
+}
+
+struct Stripe {
+    idem: Idem,
+    runs: Counter,
+}
+
+impl Charger for Stripe {
+    #[idempotent(store = self.idem)]
+    async fn charge(&self, order: u64) -> Result<u64, AppError> {
+        self.runs.hit();
+        Ok(order)
+    }
+}
+
+#[tokio::test]
+async fn trait_impl() {
+    let s = Stripe {
+        idem: Idem::memory(),
+        runs: Counter::default(),
+    };
+    assert_eq!(s.charge(9).await, Ok(9));
+    assert_eq!(s.charge(9).await, Ok(9));
+    assert_eq!(s.runs.get(), 1);
+}
+
+// ---------------------------------------------------------------- body features
+
+#[idempotent(store = idem, skip(seen))]
+async fn keyed(n: u64, idem: &Idem, seen: &Mutex<Vec<Option<String>>>) -> Result<u64, AppError> {
+    let first = {
+        let mut seen = seen.lock().unwrap();
+        seen.push(idem::current_key());
+        seen.len() == 1
+    };
+    if first {
+        return Err(AppError::Transient);
+    }
+    Ok(n)
+}
+
+#[tokio::test]
+async fn current_key_is_stable_across_retries() {
+    let idem = Idem::memory();
+    let seen = Mutex::new(Vec::new());
+    assert_eq!(idem::current_key(), None);
+    assert_eq!(keyed(5, &idem, &seen).await, Err(AppError::Transient));
+    assert_eq!(keyed(5, &idem, &seen).await, Ok(5));
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[0].is_some());
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(idem::current_key(), None);
+}
+
+#[idempotent(store = idem, skip(runs))]
+async fn with_question_mark(
+    text: String,
+    mut extra: Vec<u64>,
+    idem: &Idem,
+    runs: &Counter,
+) -> Result<u64, AppError> {
+    runs.hit();
+    let n: u64 = text.parse().map_err(|_| AppError::Transient)?;
+    extra.push(n);
+    Ok(extra.iter().sum())
+}
+
+#[tokio::test]
+async fn question_mark_and_mut_arguments() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(with_question_mark("5".into(), vec![1, 2], &idem, &runs).await, Ok(8));
+    assert_eq!(with_question_mark("5".into(), vec![1, 2], &idem, &runs).await, Ok(8));
+    assert_eq!(
+        with_question_mark("x".into(), vec![], &idem, &runs).await,
+        Err(AppError::Transient)
+    );
+    assert_eq!(runs.get(), 2);
+}
+
+// ---------------------------------------------------------------- stores, Send, durations
+
+static INSTALLED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn no_store(n: u64) -> Result<u64, AppError> {
+    INSTALLED_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(n * 2)
+}
+
+#[tokio::test]
+async fn installed_handle_for_a_storeless_fn() {
+    // The only test that installs: the installed handle is process-wide.
+    Idem::memory().install();
+    assert_eq!(no_store(21).await, Ok(42));
+    assert_eq!(no_store(21).await, Ok(42));
+    assert_eq!(INSTALLED_RUNS.load(Ordering::SeqCst), 1);
+}
+
+static STORE: LazyLock<Idem> = LazyLock::new(Idem::memory);
+static SPAWNED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(store = STORE)]
+async fn spawned(n: u64) -> Result<u64, AppError> {
+    SPAWNED_RUNS.fetch_add(1, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    Ok(n)
+}
+
+fn assert_send<F: std::future::Future + Send>(f: F) -> F {
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn future_is_send_and_spawnable() {
+    let a = tokio::spawn(assert_send(spawned(11)));
+    assert_eq!(a.await.unwrap(), Ok(11));
+    let b = tokio::spawn(spawned(11));
+    assert_eq!(b.await.unwrap(), Ok(11));
+    assert_eq!(SPAWNED_RUNS.load(Ordering::SeqCst), 1);
+}
+
+#[idempotent(store = idem, skip(runs), ttl = "300ms", lease = Duration::from_secs(5))]
+async fn short_lived(n: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppError> {
+    runs.hit();
+    Ok(n)
+}
+
+#[tokio::test]
+async fn ttl_literal_and_lease_expression() {
+    let idem = Idem::memory();
+    let runs = Counter::default();
+    assert_eq!(short_lived(1, &idem, &runs).await, Ok(1));
+    assert_eq!(short_lived(1, &idem, &runs).await, Ok(1));
+    assert_eq!(runs.get(), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The ttl has passed: the key is free again.
+    assert_eq!(short_lived(1, &idem, &runs).await, Ok(1));
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(store = idem, skip(runs), wait = "5s")]
+async fn slow_waiting(n: u64, idem: Idem, runs: Arc<Counter>) -> Result<u64, AppError> {
+    runs.hit();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(n)
+}
+
+#[idempotent(store = idem, skip(runs))]
+async fn slow(n: u64, idem: Idem, runs: Arc<Counter>) -> Result<u64, AppError> {
+    runs.hit();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_replays_the_attempt_in_flight() {
+    let idem = Idem::memory();
+    let runs = Arc::new(Counter::default());
+    let first = tokio::spawn(slow_waiting(1, idem.clone(), runs.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(slow_waiting(1, idem.clone(), runs.clone()).await, Ok(1));
+    assert_eq!(first.await.unwrap(), Ok(1));
+    assert_eq!(runs.get(), 1);
+
+    // Without `wait`, a duplicate in flight is refused at once.
+    let first = tokio::spawn(slow(1, idem.clone(), runs.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(slow(1, idem.clone(), runs.clone()).await, Err(AppError::InProgress));
+    assert_eq!(first.await.unwrap(), Ok(1));
+    assert_eq!(runs.get(), 2);
+}
