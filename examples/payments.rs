@@ -29,6 +29,14 @@ enum PayError {
     Idem(idem::Error),
 }
 
+impl std::fmt::Display for PayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayError::Idem(e) => write!(f, "payment not processed: {e}"),
+        }
+    }
+}
+
 impl From<idem::Error> for PayError {
     fn from(e: idem::Error) -> Self {
         PayError::Idem(e)
@@ -102,8 +110,11 @@ async fn incidents(h: Handler) -> Vec<(String, u64)> {
         handle(h, alice.clone(), gateway.clone()),
         handle(h, alice, gateway.clone())
     );
-    a.unwrap();
-    b.unwrap();
+    for r in [a, b] {
+        if let Err(e) = r {
+            panic!("{e}");
+        }
+    }
 
     // 2. A phone loses signal: the charge went through, the response did not; the app
     //    reconnects and retries with the same key while the server is still working.
