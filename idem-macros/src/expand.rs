@@ -69,7 +69,7 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         .collect();
 
     for skipped in &args.skip {
-        if !names.iter().any(|n| *n == skipped) {
+        if !names.contains(&skipped) {
             let real = if names.is_empty() {
                 format!("`{}` has no named arguments", sig.ident)
             } else {
@@ -95,9 +95,8 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident().cloned(),
         _ => None,
     };
-    let in_default = |name: &Ident| {
-        !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name)
-    };
+    let in_default =
+        |name: &Ident| !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name);
 
     // The default key and fingerprint: every argument not skipped, in order.
     let needs_default = args.key.is_none() || args.fingerprint.is_none();
@@ -149,9 +148,10 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     }
     let ret = ret.expect("checked above");
 
-    let name = args.name.clone().unwrap_or_else(|| {
-        LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span())
-    });
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span()));
     let default_tuple = if parts.is_empty() {
         quote!(())
     } else {
@@ -182,7 +182,11 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     if let Some(scope) = &args.scope {
         setup.extend(quote_spanned!(scope.span()=> .scope(&(#scope))));
     }
-    for (method, value) in [("ttl", &args.ttl), ("lease", &args.lease), ("wait", &args.wait)] {
+    for (method, value) in [
+        ("ttl", &args.ttl),
+        ("lease", &args.lease),
+        ("wait", &args.wait),
+    ] {
         if let Some(value) = value {
             let method = Ident::new(method, Span::call_site());
             let d = duration(&krate, value);

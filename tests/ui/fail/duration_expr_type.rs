@@ -1,6 +1,9 @@
 use idem::{idempotent, Idem};
 
-#[idempotent(store = idem, ttl = 30u64)]
+const TTL_SECS: u64 = 30;
+
+// A non-literal is taken as a `Duration` expression.
+#[idempotent(store = idem, ttl = TTL_SECS)]
 async fn charge(order: u64, idem: &Idem) -> Result<u64, idem::Error> {
     Ok(order)
 }
