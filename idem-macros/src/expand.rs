@@ -274,3 +274,84 @@ fn duration(krate: &TokenStream, d: &DurationArg) -> TokenStream {
         DurationArg::Expr(e) => quote_spanned!(e.span()=> #krate::__private::duration(#e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(args: TokenStream, item: TokenStream) -> String {
+        let args: Args = syn::parse2(args).unwrap();
+        let item: ItemFn = syn::parse2(item).unwrap();
+        expand(args, item).to_string()
+    }
+
+    #[test]
+    fn default_key_and_no_fingerprint() {
+        let out = expand_str(
+            quote!(store = idem, skip(gw)),
+            quote!(
+                async fn charge(order: u64, gw: &Gw, idem: &Idem) -> Result<u64, E> {
+                    Ok(order)
+                }
+            ),
+        );
+        assert!(
+            out.contains("CallBuilder :: new (& (idem) , \"charge\")"),
+            "{out}"
+        );
+        assert!(out.contains("key_part (& order)"), "{out}");
+        // `gw` is skipped, `idem` is the store: neither is in the key.
+        assert!(!out.contains("key_part (& gw)"), "{out}");
+        assert!(!out.contains("key_part (& idem)"), "{out}");
+        // Both default: the fingerprint is the key, so it is not set.
+        assert!(!out.contains(". fingerprint"), "{out}");
+        assert!(
+            out.contains(":: idem :: __private :: ReleaseErrors"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn options_reach_the_builder() {
+        let out = expand_str(
+            quote!(
+                key = order,
+                ttl = "24h",
+                lease = "250ms",
+                wait = d,
+                scope = t,
+                name = "charges.v1",
+                on_error = keep,
+                crate = ::renamed
+            ),
+            quote!(
+                async fn charge(&self, order: u64, t: u8, d: Duration) -> Result<u64, E> {
+                    Ok(order)
+                }
+            ),
+        );
+        assert!(
+            out.contains("CallBuilder :: installed (\"charges.v1\")"),
+            "{out}"
+        );
+        assert!(out.contains(". key (& (order))"), "{out}");
+        // `key` given: the fingerprint is every argument (never `self`).
+        assert!(out.contains(". fingerprint"), "{out}");
+        assert!(!out.contains("key_part (& self)"), "{out}");
+        assert!(out.contains("Duration :: new (86400u64 , 0u32)"), "{out}");
+        assert!(
+            out.contains("Duration :: new (0u64 , 250000000u32)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(". wait (:: renamed :: __private :: duration (d))"),
+            "{out}"
+        );
+        assert!(out.contains(". scope (& (t))"), "{out}");
+        assert!(
+            out.contains(":: renamed :: __private :: KeepErrors"),
+            "{out}"
+        );
+        assert!(!out.contains(":: idem ::"), "{out}");
+    }
+}
