@@ -106,7 +106,10 @@ async fn explicit_fingerprint() {
     assert_eq!(pay_fp((1, 5, 100), &idem, &runs).await, Ok(100));
     // The third field is neither key nor fingerprint: a replay.
     assert_eq!(pay_fp((1, 5, 999), &idem, &runs).await, Ok(100));
-    assert_eq!(pay_fp((1, 6, 100), &idem, &runs).await, Err(AppError::Mismatch));
+    assert_eq!(
+        pay_fp((1, 6, 100), &idem, &runs).await,
+        Err(AppError::Mismatch)
+    );
     assert_eq!(runs.get(), 1);
 }
 
@@ -124,7 +127,10 @@ async fn flaky_release(n: u64, idem: &Idem, runs: &Counter) -> Result<u64, AppEr
 async fn default_policy_releases_errors() {
     let idem = Idem::memory();
     let runs = Counter::default();
-    assert_eq!(flaky_release(3, &idem, &runs).await, Err(AppError::Transient));
+    assert_eq!(
+        flaky_release(3, &idem, &runs).await,
+        Err(AppError::Transient)
+    );
     assert_eq!(flaky_release(3, &idem, &runs).await, Ok(3));
     assert_eq!(flaky_release(3, &idem, &runs).await, Ok(3));
     assert_eq!(runs.get(), 2);
@@ -165,13 +171,25 @@ async fn on_error_path_decides_per_error() {
     let idem = Idem::memory();
     let runs = Counter::default();
     // Transient: released, so the next call runs again.
-    assert_eq!(decided(1, AppError::Transient, &idem, &runs).await, Err(AppError::Transient));
-    assert_eq!(decided(1, AppError::Transient, &idem, &runs).await, Err(AppError::Transient));
+    assert_eq!(
+        decided(1, AppError::Transient, &idem, &runs).await,
+        Err(AppError::Transient)
+    );
+    assert_eq!(
+        decided(1, AppError::Transient, &idem, &runs).await,
+        Err(AppError::Transient)
+    );
     assert_eq!(runs.get(), 2);
     // Declined: kept and replayed, whatever error the next attempt would have had.
     let final_err = AppError::Declined("no".into());
-    assert_eq!(decided(2, final_err.clone(), &idem, &runs).await, Err(final_err.clone()));
-    assert_eq!(decided(2, AppError::Transient, &idem, &runs).await, Err(final_err));
+    assert_eq!(
+        decided(2, final_err.clone(), &idem, &runs).await,
+        Err(final_err.clone())
+    );
+    assert_eq!(
+        decided(2, AppError::Transient, &idem, &runs).await,
+        Err(final_err)
+    );
     assert_eq!(runs.get(), 3);
 }
 
@@ -219,7 +237,10 @@ async fn scope_separates_keys() {
     let idem = Idem::memory();
     let runs = Counter::default();
     assert_eq!(scoped("acme", 1, &idem, &runs).await, Ok("acme:1".into()));
-    assert_eq!(scoped("umbrella", 1, &idem, &runs).await, Ok("umbrella:1".into()));
+    assert_eq!(
+        scoped("umbrella", 1, &idem, &runs).await,
+        Ok("umbrella:1".into())
+    );
     assert_eq!(scoped("acme", 1, &idem, &runs).await, Ok("acme:1".into()));
     assert_eq!(runs.get(), 2);
 }
@@ -293,7 +314,10 @@ async fn generic_fn() {
     let runs = Counter::default();
     assert_eq!(echo(vec![1u8, 2], &idem, &runs).await, Ok(vec![1, 2]));
     assert_eq!(echo(vec![1u8, 2], &idem, &runs).await, Ok(vec![1, 2]));
-    assert_eq!(echo("x".to_string(), &idem, &runs).await, Ok("x".to_string()));
+    assert_eq!(
+        echo("x".to_string(), &idem, &runs).await,
+        Ok("x".to_string())
+    );
     assert_eq!(runs.get(), 2);
 }
 
@@ -371,8 +395,14 @@ async fn with_question_mark(
 async fn question_mark_and_mut_arguments() {
     let idem = Idem::memory();
     let runs = Counter::default();
-    assert_eq!(with_question_mark("5".into(), vec![1, 2], &idem, &runs).await, Ok(8));
-    assert_eq!(with_question_mark("5".into(), vec![1, 2], &idem, &runs).await, Ok(8));
+    assert_eq!(
+        with_question_mark("5".into(), vec![1, 2], &idem, &runs).await,
+        Ok(8)
+    );
+    assert_eq!(
+        with_question_mark("5".into(), vec![1, 2], &idem, &runs).await,
+        Ok(8)
+    );
     assert_eq!(
         with_question_mark("x".into(), vec![], &idem, &runs).await,
         Err(AppError::Transient)
@@ -468,7 +498,10 @@ async fn wait_replays_the_attempt_in_flight() {
     // Without `wait`, a duplicate in flight is refused at once.
     let first = tokio::spawn(slow(1, idem.clone(), runs.clone()));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(slow(1, idem.clone(), runs.clone()).await, Err(AppError::InProgress));
+    assert_eq!(
+        slow(1, idem.clone(), runs.clone()).await,
+        Err(AppError::InProgress)
+    );
     assert_eq!(first.await.unwrap(), Ok(1));
     assert_eq!(runs.get(), 2);
 }

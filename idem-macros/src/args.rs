@@ -195,7 +195,7 @@ fn parse_skip(input: ParseStream, skip: &Ident) -> syn::Result<Vec<Ident>> {
                 "`self` is never part of the key: remove it from `skip(...)`",
             ));
         }
-        if out.iter().any(|n| *n == name) {
+        if out.contains(&name) {
             return Err(syn::Error::new(
                 name.span(),
                 format!("`{name}` is listed twice in `skip(...)`"),
@@ -239,10 +239,17 @@ fn parse_on_error(input: ParseStream) -> syn::Result<OnErrorArg> {
              stored and replayed) or a path to a `fn(&E) -> idem::OnError` that decides per error",
         )
     };
-    if !(input.peek(Ident) || input.peek(Token![::]) || input.peek(Token![crate])
-        || input.peek(Token![self]) || input.peek(Token![super]) || input.peek(Token![Self]))
+    if !(input.peek(Ident)
+        || input.peek(Token![::])
+        || input.peek(Token![crate])
+        || input.peek(Token![self])
+        || input.peek(Token![super])
+        || input.peek(Token![Self]))
     {
-        let span = input.cursor().token_tree().map_or(input.span(), |(t, _)| t.span());
+        let span = input
+            .cursor()
+            .token_tree()
+            .map_or(input.span(), |(t, _)| t.span());
         return Err(wrong(span));
     }
     let path: Path = input.parse().map_err(|e| wrong(e.span()))?;
@@ -305,7 +312,8 @@ fn parse_duration(input: ParseStream, option: &str) -> syn::Result<DurationArg> 
 
 /// `"24h"` → milliseconds; the error says what is wrong and what to write.
 pub fn duration_millis(s: &str) -> Result<u128, String> {
-    const HELP: &str = "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"5m\", \"24h\", \"7d\"";
+    const HELP: &str =
+        "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"5m\", \"24h\", \"7d\"";
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);

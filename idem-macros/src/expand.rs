@@ -25,8 +25,8 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new(
             sig.fn_token.span,
-            "#[idempotent] needs an `async fn`: write `async fn`; the body runs under a claim \
-             in the store, which is awaited",
+            "#[idempotent] needs an `async fn`: add `async` (the call claims its key in the \
+             store and awaits it)",
         ));
     }
 
@@ -35,8 +35,9 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         ReturnType::Type(_, ty) => {
             errors.push(syn::Error::new(
                 ty.span(),
-                "an #[idempotent] function must return `Result<T, E>` (any `…::Result` alias \
-                 works): idempotency failures reach the caller as `Err(E::from(idem::Error))`",
+                "an #[idempotent] function must return `Result<T, E>`, with `E: From<idem::Error>`: \
+                 idempotency failures reach the caller as `Err`; an alias works when its name \
+                 ends in `Result` (`io::Result<T>`, `AppResult<T>`)",
             ));
             None
         }
@@ -68,7 +69,7 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         .collect();
 
     for skipped in &args.skip {
-        if !names.iter().any(|n| *n == skipped) {
+        if !names.contains(&skipped) {
             let real = if names.is_empty() {
                 format!("`{}` has no named arguments", sig.ident)
             } else {
@@ -94,9 +95,8 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident().cloned(),
         _ => None,
     };
-    let in_default = |name: &Ident| {
-        !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name)
-    };
+    let in_default =
+        |name: &Ident| !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name);
 
     // The default key and fingerprint: every argument not skipped, in order.
     let needs_default = args.key.is_none() || args.fingerprint.is_none();
@@ -108,8 +108,13 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     for arg in &fn_args {
         match arg {
             Arg::Named(name) if in_default(name) => {
+                // `key_part` reports a non-`Serialize` argument at its own span; the element
+                // itself is then a placeholder, so the key tuple adds no second error.
                 parts.push(quote_spanned! {name.span()=>
-                    #krate::__private::key_part(&#name)
+                    {
+                        let _ = #krate::__private::key_part(&#name);
+                        (&#krate::__private::Arg(&#name)).__idem_part()
+                    }
                 });
             }
             Arg::Named(_) => {}
@@ -137,14 +142,24 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         a
     }) {
         let err = e.to_compile_error();
-        return quote!(#err #item);
+        // The function as written, so its callers compile; its arguments may be unused now that
+        // the expansion does not use them, and that warning would only be noise.
+        return quote!(#err #[allow(unused_variables)] #item);
     }
     let ret = ret.expect("checked above");
 
-    let name = args.name.clone().unwrap_or_else(|| {
-        LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span())
-    });
-    let default_tuple = quote!(( #(#parts,)* ));
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span()));
+    let default_tuple = if parts.is_empty() {
+        quote!(())
+    } else {
+        quote!({
+            use #krate::__private::{OtherArg as _, SerializeArg as _};
+            ( #(#parts,)* )
+        })
+    };
 
     let builder = match &args.store {
         Some(store) => {
@@ -167,7 +182,11 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     if let Some(scope) = &args.scope {
         setup.extend(quote_spanned!(scope.span()=> .scope(&(#scope))));
     }
-    for (method, value) in [("ttl", &args.ttl), ("lease", &args.lease), ("wait", &args.wait)] {
+    for (method, value) in [
+        ("ttl", &args.ttl),
+        ("lease", &args.lease),
+        ("wait", &args.wait),
+    ] {
         if let Some(value) = value {
             let method = Ident::new(method, Span::call_site());
             let d = duration(&krate, value);
@@ -183,12 +202,13 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         }
     };
 
-    // Unsatisfied bounds of `run` (`T: Serialize`, `E: From<idem::Error>`) point at the return type.
-    let run = quote_spanned!(ret.span()=> #krate::__private::run);
+    // The call to `run` is spanned at the return type, so that its unsatisfied bounds
+    // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
     let stmts = &item.block.stmts;
-    let body = quote! {{
-        let __idem_call = #setup;
-        #run(__idem_call, #policy, async move {
+    let ret_span = ret.span();
+    let krate_at_ret = respan(krate.clone(), ret_span);
+    let run = quote_spanned! {ret_span=>
+        #krate_at_ret::__private::run(__idem_call, #policy, async move {
             // Pins the block's return type, so that `?` and `return` in the body infer.
             if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
                 #[allow(unreachable_code)]
@@ -199,23 +219,47 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
             __idem_ret
         })
         .await
+    };
+    let body = quote! {{
+        let __idem_call = #setup;
+        #run
     }};
     item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
     item.into_token_stream()
 }
 
-/// `Result<..>`, `io::Result<T>`, `anyhow::Result<T>`, …: any path whose last segment is `Result`.
+/// `Result<..>`, `io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`, …: any path whose last
+/// segment is (or ends in) `Result`. Anything else is refused; an alias under another name cannot
+/// be seen through from a macro.
 fn is_result(ty: &Type) -> bool {
     match ty {
         Type::Path(p) => p
             .path
             .segments
             .last()
-            .is_some_and(|s| s.ident == "Result"),
+            .is_some_and(|s| s.ident.to_string().ends_with("Result")),
         Type::Group(g) => is_result(&g.elem),
         Type::Paren(p) => is_result(&p.elem),
         _ => false,
     }
+}
+
+/// The same tokens at `span`: a path spanned partly at the call site and partly at the user's
+/// code would be reported at the attribute.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = proc_macro2::TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }
 
 fn duration(krate: &TokenStream, d: &DurationArg) -> TokenStream {
@@ -228,5 +272,86 @@ fn duration(krate: &TokenStream, d: &DurationArg) -> TokenStream {
             )
         }
         DurationArg::Expr(e) => quote_spanned!(e.span()=> #krate::__private::duration(#e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(args: TokenStream, item: TokenStream) -> String {
+        let args: Args = syn::parse2(args).unwrap();
+        let item: ItemFn = syn::parse2(item).unwrap();
+        expand(args, item).to_string()
+    }
+
+    #[test]
+    fn default_key_and_no_fingerprint() {
+        let out = expand_str(
+            quote!(store = idem, skip(gw)),
+            quote!(
+                async fn charge(order: u64, gw: &Gw, idem: &Idem) -> Result<u64, E> {
+                    Ok(order)
+                }
+            ),
+        );
+        assert!(
+            out.contains("CallBuilder :: new (& (idem) , \"charge\")"),
+            "{out}"
+        );
+        assert!(out.contains("key_part (& order)"), "{out}");
+        // `gw` is skipped, `idem` is the store: neither is in the key.
+        assert!(!out.contains("key_part (& gw)"), "{out}");
+        assert!(!out.contains("key_part (& idem)"), "{out}");
+        // Both default: the fingerprint is the key, so it is not set.
+        assert!(!out.contains(". fingerprint"), "{out}");
+        assert!(
+            out.contains(":: idem :: __private :: ReleaseErrors"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn options_reach_the_builder() {
+        let out = expand_str(
+            quote!(
+                key = order,
+                ttl = "24h",
+                lease = "250ms",
+                wait = d,
+                scope = t,
+                name = "charges.v1",
+                on_error = keep,
+                crate = ::renamed
+            ),
+            quote!(
+                async fn charge(&self, order: u64, t: u8, d: Duration) -> Result<u64, E> {
+                    Ok(order)
+                }
+            ),
+        );
+        assert!(
+            out.contains("CallBuilder :: installed (\"charges.v1\")"),
+            "{out}"
+        );
+        assert!(out.contains(". key (& (order))"), "{out}");
+        // `key` given: the fingerprint is every argument (never `self`).
+        assert!(out.contains(". fingerprint"), "{out}");
+        assert!(!out.contains("key_part (& self)"), "{out}");
+        assert!(out.contains("Duration :: new (86400u64 , 0u32)"), "{out}");
+        assert!(
+            out.contains("Duration :: new (0u64 , 250000000u32)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(". wait (:: renamed :: __private :: duration (d))"),
+            "{out}"
+        );
+        assert!(out.contains(". scope (& (t))"), "{out}");
+        assert!(
+            out.contains(":: renamed :: __private :: KeepErrors"),
+            "{out}"
+        );
+        assert!(!out.contains(":: idem ::"), "{out}");
     }
 }
