@@ -54,7 +54,10 @@ async fn main() -> Result<(), idem::Error> {
     Idem::sqlite(&url).await?.install();
 
     let db = Arc::new(Db::default());
-    let period = YearMonth { year: 2026, month: 11 };
+    let period = YearMonth {
+        year: 2026,
+        month: 11,
+    };
     let schedulers: Vec<_> = (1..=3)
         .map(|instance| {
             let db = db.clone();

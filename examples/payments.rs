@@ -81,7 +81,11 @@ enum Handler {
     Protected,
 }
 
-async fn handle(h: Handler, req: ChargeRequest, gateway: Arc<Gateway>) -> Result<Receipt, PayError> {
+async fn handle(
+    h: Handler,
+    req: ChargeRequest,
+    gateway: Arc<Gateway>,
+) -> Result<Receipt, PayError> {
     match h {
         Handler::Unprotected => charge_unprotected(req, &gateway).await,
         Handler::Protected => charge(req, &gateway).await,
@@ -160,7 +164,11 @@ fn print_ledger(title: &str, ledger: &[(String, u64)]) {
     println!(
         "  {} charges for 3 payments; customers charged more than once: {}",
         ledger.len(),
-        if twice.is_empty() { "none".to_string() } else { twice.join(", ") }
+        if twice.is_empty() {
+            "none".to_string()
+        } else {
+            twice.join(", ")
+        }
     );
 }
 

@@ -505,3 +505,54 @@ async fn wait_replays_the_attempt_in_flight() {
     assert_eq!(first.await.unwrap(), Ok(1));
     assert_eq!(runs.get(), 2);
 }
+
+mod steps {
+    use idem::{idempotent, Idem};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static CHARGES: AtomicUsize = AtomicUsize::new(0);
+    static GLOBAL: AtomicUsize = AtomicUsize::new(0);
+    /// Not the installed handle: other tests in this binary install theirs concurrently.
+    static STORE: std::sync::LazyLock<Idem> = std::sync::LazyLock::new(Idem::memory);
+
+    #[idempotent(step, store = STORE)]
+    async fn charge_step(order: u64) -> Result<usize, idem::Error> {
+        Ok(CHARGES.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    /// Not a step: deduplicated across every caller by its own key.
+    #[idempotent(name = "steps-global-receipt", store = STORE)]
+    async fn global_receipt(customer: u64) -> Result<usize, idem::Error> {
+        Ok(GLOBAL.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    #[idempotent(key = order, store = STORE)]
+    async fn parent(order: u64, fail: bool) -> Result<usize, idem::Error> {
+        let n = charge_step(order).await?;
+        global_receipt(9).await?;
+        if fail {
+            return Err(idem::Error::Config("later failure".into()));
+        }
+        Ok(n)
+    }
+
+    #[tokio::test]
+    async fn step_functions_replay_on_the_parents_retry() {
+        assert!(parent(1, true).await.is_err());
+        assert_eq!(parent(1, false).await.unwrap(), 1);
+        assert_eq!(
+            parent(2, false).await.unwrap(),
+            2,
+            "another parent runs its own step"
+        );
+        assert_eq!(CHARGES.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            GLOBAL.load(Ordering::SeqCst),
+            1,
+            "the non-step call is global"
+        );
+        // Outside any parent, a step is an ordinary top-level call.
+        assert_eq!(charge_step(77).await.unwrap(), 3);
+        assert_eq!(charge_step(77).await.unwrap(), 3);
+    }
+}

@@ -19,6 +19,7 @@ pub const OPTIONS: &[&str] = &[
     "name",
     "on_error",
     "crate",
+    "step",
 ];
 
 /// A `ttl`, `lease` or `wait` value.
@@ -51,6 +52,8 @@ pub struct Args {
     pub name: Option<LitStr>,
     pub on_error: Option<OnErrorArg>,
     pub krate: Option<Path>,
+    /// `step`: keyed under the idempotent call it runs in.
+    pub step: bool,
 }
 
 impl Parse for Args {
@@ -73,6 +76,14 @@ impl Parse for Args {
 
             if option == "skip" {
                 args.skip = parse_skip(input, &ident)?;
+            } else if option == "step" {
+                if input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        ident.span(),
+                        "`step` is a flag: write `step`, not `step = …`",
+                    ));
+                }
+                args.step = true;
             } else {
                 if !input.peek(Token![=]) {
                     return Err(syn::Error::new(
@@ -120,6 +131,7 @@ fn usage(option: &str) -> &'static str {
         "name" => "a string literal, e.g. `name = \"charges.v1\"`",
         "on_error" => "`on_error = release`, `on_error = keep` or `on_error = path::to::decide` (a `fn(&E) -> idem::OnError`)",
         "crate" => "a path to the `idem` crate, e.g. `crate = ::my_idem`",
+        "step" => "a flag: `step` keys this call under the idempotent call it runs in",
         _ => "",
     }
 }

@@ -182,6 +182,9 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     if let Some(scope) = &args.scope {
         setup.extend(quote_spanned!(scope.span()=> .scope(&(#scope))));
     }
+    if args.step {
+        setup.extend(quote!(.step()));
+    }
     for (method, value) in [
         ("ttl", &args.ttl),
         ("lease", &args.lease),

@@ -176,3 +176,18 @@ impl fmt::Display for CodecError {
 }
 
 impl std::error::Error for CodecError {}
+
+/// So that functions returning `std::io::Result<T>` can be `#[idempotent]`.
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> Self {
+        let kind = match &e {
+            Error::InProgress { .. } => std::io::ErrorKind::WouldBlock,
+            Error::Mismatch { .. } | Error::Key(_) | Error::Config(_) => {
+                std::io::ErrorKind::InvalidInput
+            }
+            Error::Codec(_) => std::io::ErrorKind::InvalidData,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}
