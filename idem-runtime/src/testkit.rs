@@ -465,8 +465,12 @@ pub mod scenarios {
                     .key("k")
                     .lease(lease)
                     .run(async move {
-                        // Blocks the thread: the heartbeat in this future cannot renew.
-                        std::thread::sleep(Duration::from_millis(900));
+                        // Blocks this future (so its heartbeat cannot renew) but hands the
+                        // worker's other tasks to another thread, as a stalled process would
+                        // leave the rest of the world running.
+                        tokio::task::block_in_place(|| {
+                            std::thread::sleep(Duration::from_millis(900))
+                        });
                         Ok::<_, Failure>(1u8)
                     })
                     .await

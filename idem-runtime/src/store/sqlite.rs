@@ -1,1 +1,401 @@
-//! The sqlite store (being written).
+//! The SQLite store: embedded and durable, on sqlx.
+//!
+//! One `WITHOUT ROWID` table keyed by the 32-byte digest, an index on `expires_at`, WAL, a
+//! `busy_timeout`, `synchronous=FULL` by default. SQLite has no server clock: times come from
+//! this process's clock, which every process on the machine shares.
+//!
+//! Statements per step: a replay is one read (`SELECT` of the live row); a fresh call is that
+//! read, one conditional upsert (the claim) and one fenced `UPDATE` (the completion) — two write
+//! statements. The upsert only fires when the existing row is not live, so two racing claims can
+//! never both win: the loser's upsert returns no row and it reads the winner's.
+
+use super::{
+    local_now_ms, millis, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store,
+};
+use crate::error::Error;
+use crate::key::Digest;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::Row;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The schema version this code writes; a database with a higher one is refused.
+const SCHEMA_VERSION: i64 = 1;
+const COLUMNS: &str = "name, fingerprint, token, status, value, created_at, expires_at";
+
+/// Options of a [`SqliteStore`]; see [`SqliteStore::options`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    url: String,
+    table: String,
+    busy_timeout: Duration,
+    synchronous: SqliteSynchronous,
+    max_connections: u32,
+}
+
+/// The SQLite store behind [`crate::Idem::sqlite`].
+#[derive(Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    sql: Statements,
+}
+
+/// The statements, built once at open because the table name is configurable.
+#[derive(Debug)]
+struct Statements {
+    select: String,
+    claim: String,
+    complete: String,
+    release: String,
+    renew: String,
+    purge: String,
+    force_release: String,
+}
+
+impl Statements {
+    fn new(t: &str) -> Self {
+        Statements {
+            select: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1 AND expires_at > ?2"),
+            // The token is `protocol::next_token`: max(previous + 1, now in µs).
+            claim: format!(
+                "INSERT INTO {t} (key, name, fingerprint, token, status, value, created_at, expires_at) \
+                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6) \
+                 ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
+                 fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
+                 status = 0, value = NULL, created_at = excluded.created_at, \
+                 expires_at = excluded.expires_at \
+                 WHERE {t}.expires_at <= excluded.created_at \
+                 RETURNING token"
+            ),
+            complete: format!(
+                "UPDATE {t} SET status = 1, value = ?3, expires_at = ?4 \
+                 WHERE key = ?1 AND token = ?2 AND status = 0"
+            ),
+            release: format!("DELETE FROM {t} WHERE key = ?1 AND token = ?2 AND status = 0"),
+            renew: format!(
+                "UPDATE {t} SET expires_at = ?3 WHERE key = ?1 AND token = ?2 AND status = 0"
+            ),
+            purge: format!(
+                "DELETE FROM {t} WHERE key IN \
+                 (SELECT key FROM {t} WHERE expires_at <= ?1 LIMIT ?2)"
+            ),
+            force_release: format!("DELETE FROM {t} WHERE key = ?1 RETURNING {COLUMNS}"),
+        }
+    }
+}
+
+/// True for a plain SQL identifier: letters, digits and `_`, not starting with a digit.
+pub(crate) fn valid_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 63
+}
+
+fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+    move |e| Error::store("sqlite", op, e)
+}
+
+impl SqliteOptions {
+    /// The table name (default `idem_keys`); letters, digits and `_` only.
+    pub fn table(mut self, table: &str) -> Self {
+        self.table = table.to_string();
+        self
+    }
+
+    /// How long a statement waits for a lock held by another connection or process before it
+    /// fails with `Error::Store` (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// `PRAGMA synchronous` (default `FULL`: a completed record survives a power loss).
+    pub fn synchronous(mut self, synchronous: SqliteSynchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Connections in the pool (default 4; an in-memory database always uses one).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Opens the database, creating a missing file and the schema.
+    pub async fn open(self) -> Result<SqliteStore, Error> {
+        if !valid_identifier(&self.table) {
+            return Err(Error::Config(format!(
+                "SQLite table name `{}` is not a plain identifier (letters, digits, `_`)",
+                self.table
+            )));
+        }
+        let connect = SqliteConnectOptions::from_str(&self.url)
+            .map_err(|e| Error::Config(format!("`{}` is not a SQLite URL: {e}", self.url)))?;
+        let in_memory = self.url.contains(":memory:") || self.url.contains("mode=memory");
+        let connect = connect
+            .create_if_missing(true)
+            .busy_timeout(self.busy_timeout)
+            .synchronous(self.synchronous);
+        let (connect, pool) = if in_memory {
+            // Every connection to `sqlite::memory:` is its own empty database: keep exactly one
+            // connection, for the life of the pool, so all calls share one database.
+            (
+                connect,
+                SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None),
+            )
+        } else {
+            (
+                connect.journal_mode(SqliteJournalMode::Wal),
+                SqlitePoolOptions::new().max_connections(self.max_connections),
+            )
+        };
+        let pool = pool.connect_with(connect).await.map_err(|e| {
+            Error::store(
+                "sqlite",
+                "open",
+                format!("cannot open the SQLite database `{}`: {e}", self.url),
+            )
+        })?;
+        let store = SqliteStore {
+            pool,
+            sql: Statements::new(&self.table),
+        };
+        store.migrate(&self.table).await?;
+        Ok(store)
+    }
+}
+
+impl SqliteStore {
+    /// Opens `url` (`sqlite::memory:`, `sqlite://file.db`) with the default options.
+    pub async fn open(url: &str) -> Result<SqliteStore, Error> {
+        SqliteStore::options(url).open().await
+    }
+
+    /// Options for opening `url`.
+    pub fn options(url: &str) -> SqliteOptions {
+        SqliteOptions {
+            url: url.to_string(),
+            table: "idem_keys".into(),
+            busy_timeout: Duration::from_secs(5),
+            synchronous: SqliteSynchronous::Full,
+            max_connections: 4,
+        }
+    }
+
+    /// The pool, for tests and for operators' tools.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    async fn migrate(&self, t: &str) -> Result<(), Error> {
+        let mut tx = self.pool.begin().await.map_err(err("migrate"))?;
+        let ddl = [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
+                 key BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, fingerprint BLOB NOT NULL, \
+                 token INTEGER NOT NULL, status INTEGER NOT NULL, value BLOB, \
+                 created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {t}_expires ON {t} (expires_at)"),
+            format!("CREATE TABLE IF NOT EXISTS {t}_schema (version INTEGER NOT NULL)"),
+        ];
+        for stmt in &ddl {
+            sqlx::query(stmt)
+                .execute(&mut *tx)
+                .await
+                .map_err(err("migrate"))?;
+        }
+        let version: Option<i64> =
+            sqlx::query_scalar(&format!("SELECT max(version) FROM {t}_schema"))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err("migrate"))?;
+        match version {
+            None => {
+                sqlx::query(&format!("INSERT INTO {t}_schema (version) VALUES (?1)"))
+                    .bind(SCHEMA_VERSION)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err("migrate"))?;
+            }
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(Error::Config(format!(
+                    "the SQLite table `{t}` has schema version {v}, written by a newer idem; \
+                     this version reads {SCHEMA_VERSION}: upgrade idem"
+                )))
+            }
+            Some(_) => {}
+        }
+        tx.commit().await.map_err(err("migrate"))
+    }
+
+    async fn select(&self, key: &Digest, now: i64) -> Result<Option<Record>, Error> {
+        let row = sqlx::query(&self.sql.select)
+            .bind(key.as_bytes())
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("read"))?;
+        row.map(|r| record(key, &r, now)).transpose()
+    }
+
+    async fn claim_now(&self, c: Claim<'_>) -> Result<ClaimOutcome, Error> {
+        // A live row is found with one read; only a free key takes a write.
+        loop {
+            let now = local_now_ms();
+            if let Some(r) = self.select(c.key, now).await? {
+                return Ok(ClaimOutcome::Existing(r));
+            }
+            let token: Option<i64> = sqlx::query_scalar(&self.sql.claim)
+                .bind(c.key.as_bytes())
+                .bind(c.name)
+                .bind(c.fingerprint.as_bytes())
+                .bind(crate::protocol::next_token(None, now) as i64)
+                .bind(now)
+                .bind(now.saturating_add(millis(c.lease)))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("claim"))?;
+            if let Some(token) = token {
+                return Ok(ClaimOutcome::Claimed {
+                    token: token as u64,
+                });
+            }
+            // Another attempt claimed it between the read and the upsert: read its row.
+        }
+    }
+
+    /// One fenced statement: `?1` key, `?2` token, then the step's own parameters.
+    async fn fenced(
+        &self,
+        sql: &str,
+        op: &'static str,
+        key: &Digest,
+        token: u64,
+        extra: Extra<'_>,
+    ) -> Result<bool, Error> {
+        let q = sqlx::query(sql).bind(key.as_bytes()).bind(token as i64);
+        let q = match extra {
+            Extra::None => q,
+            Extra::ExpiresAt(at) => q.bind(at),
+            Extra::Value(value, at) => q.bind(value).bind(at),
+        };
+        let done = q.execute(&self.pool).await.map_err(err(op))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+/// The parameters a fenced step adds after key and token.
+enum Extra<'a> {
+    None,
+    ExpiresAt(i64),
+    Value(&'a [u8], i64),
+}
+
+fn record(key: &Digest, r: &SqliteRow, now: i64) -> Result<Record, Error> {
+    let corrupt = |what: &str| {
+        Error::store(
+            "sqlite",
+            "read",
+            format!("the row of key {key} has an invalid {what}"),
+        )
+    };
+    let get = |e: sqlx::Error| Error::store("sqlite", "read", e);
+    let fingerprint: Vec<u8> = r.try_get("fingerprint").map_err(get)?;
+    let status: i64 = r.try_get("status").map_err(get)?;
+    let token: i64 = r.try_get("token").map_err(get)?;
+    Ok(Record {
+        name: r.try_get("name").map_err(get)?,
+        key: *key,
+        fingerprint: Digest::from_slice(&fingerprint).ok_or_else(|| corrupt("fingerprint"))?,
+        token: token as u64,
+        status: i16::try_from(status)
+            .ok()
+            .and_then(Status::from_i16)
+            .ok_or_else(|| corrupt("status"))?,
+        value: r.try_get("value").map_err(get)?,
+        created_at: r.try_get("created_at").map_err(get)?,
+        expires_at: r.try_get("expires_at").map_err(get)?,
+        now,
+    })
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_now(claim))
+    }
+
+    fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        let expires_at = local_now_ms().saturating_add(millis(done.ttl));
+        Box::pin(self.fenced(
+            &self.sql.complete,
+            "complete",
+            done.key,
+            done.token,
+            Extra::Value(done.value, expires_at),
+        ))
+    }
+
+    fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced(&self.sql.release, "release", key, token, Extra::None))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let expires_at = local_now_ms().saturating_add(millis(lease));
+        Box::pin(self.fenced(
+            &self.sql.renew,
+            "renew",
+            key,
+            token,
+            Extra::ExpiresAt(expires_at),
+        ))
+    }
+
+    fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.select(key, local_now_ms()))
+    }
+
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            let done = sqlx::query(&self.sql.purge)
+                .bind(local_now_ms())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .execute(&self.pool)
+                .await
+                .map_err(err("purge"))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(async move {
+            let now = local_now_ms();
+            let row = sqlx::query(&self.sql.force_release)
+                .bind(key.as_bytes())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("force_release"))?;
+            row.map(|r| record(key, &r, now)).transpose()
+        })
+    }
+}
