@@ -1,0 +1,169 @@
+//! The SQLite store beyond the conformance suite: statement counts, locks, bad paths and URLs,
+//! corrupt rows, schema versions, two handles on one file.
+#![cfg(feature = "sqlite")]
+
+use idem::store::sqlite::SqliteStore;
+use idem::{Error, Idem, Outcome};
+use sqlx::Connection;
+use std::time::Duration;
+
+fn temp_db(tag: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join(format!("{tag}.db")).display()
+    );
+    (dir, url)
+}
+
+#[tokio::test]
+async fn a_locked_file_fails_with_a_store_error_after_busy_timeout() {
+    let (_dir, url) = temp_db("locked");
+    let store = SqliteStore::options(&url)
+        .busy_timeout(Duration::from_millis(200))
+        .open()
+        .await
+        .unwrap();
+    let idem = Idem::from_store(store);
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let r = idem
+        .call("locked")
+        .key("k")
+        .run(async { Ok::<_, Error>(1u8) })
+        .await;
+    assert!(
+        matches!(r, Err(Error::Store(ref e)) if e.backend == "sqlite"),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "it waited busy_timeout"
+    );
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    let r = idem
+        .call("locked")
+        .key("k")
+        .run(async { Ok::<_, Error>(2u8) })
+        .await;
+    assert_eq!(
+        r.unwrap(),
+        Outcome::Fresh(2),
+        "nothing was claimed by the failed call"
+    );
+}
+
+#[tokio::test]
+async fn a_path_that_cannot_be_created_is_a_clear_store_error_at_open() {
+    // Under a regular file: no directory can be made there, not even by root.
+    for url in [
+        "sqlite:///etc/hostname/idem.db",
+        "sqlite:///nonexistent-idem-dir/sub/idem.db",
+    ] {
+        match Idem::sqlite(url).await {
+            Err(Error::Store(e)) => {
+                assert_eq!(e.op, "open");
+                assert!(e.to_string().contains(url), "{e}");
+            }
+            other => panic!("{url}: expected a store error, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_urls_and_table_names_are_config_errors() {
+    assert!(matches!(
+        Idem::sqlite("sqlite://x.db?mode=sideways").await,
+        Err(Error::Config(_))
+    ));
+    for table in ["keys; DROP TABLE x", "a\"b", "1abc", ""] {
+        let r = SqliteStore::options("sqlite::memory:")
+            .table(table)
+            .open()
+            .await;
+        assert!(matches!(r, Err(Error::Config(_))), "{table:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_stored_value_is_a_codec_error_and_the_body_does_not_run() {
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let pool = store.pool().clone();
+    let idem = Idem::from_store(store);
+    let call = |v: u32| {
+        idem.call("corrupt")
+            .key("k")
+            .run(async move { Ok::<_, Error>(v) })
+    };
+    call(1).await.unwrap();
+    sqlx::query("UPDATE idem_keys SET value = x'0102ff00'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    match call(2).await {
+        Err(Error::Codec(e)) => assert_eq!(e.kind, idem::CodecErrorKind::Corrupt),
+        other => panic!("expected a codec error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_database_of_a_newer_schema_is_refused() {
+    let (_dir, url) = temp_db("newer");
+    let store = SqliteStore::open(&url).await.unwrap();
+    sqlx::query("INSERT INTO idem_keys_schema (version) VALUES (99)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    drop(store);
+    match Idem::sqlite(&url).await {
+        Err(Error::Config(m)) => assert!(m.contains("99"), "{m}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn two_handles_on_one_file_share_the_keys() {
+    let (_dir, url) = temp_db("shared");
+    let a = Idem::sqlite(&url).await.unwrap();
+    let b = Idem::sqlite(&url).await.unwrap();
+    let first = a
+        .call("shared")
+        .key("k")
+        .run(async { Ok::<_, Error>("from a".to_string()) })
+        .await
+        .unwrap();
+    let second = b
+        .call("shared")
+        .key("k")
+        .run(async { Ok::<_, Error>("from b".to_string()) })
+        .await
+        .unwrap();
+    assert!(!first.is_replayed());
+    assert_eq!(second, Outcome::Replayed("from a".to_string()));
+}
+
+#[tokio::test]
+async fn the_reaper_purges_expired_rows() {
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let pool = store.pool().clone();
+    let idem = Idem::from_store(store);
+    for i in 0..10 {
+        idem.call("reaped")
+            .key(&i)
+            .ttl(Duration::from_millis(50))
+            .run(async { Ok::<_, Error>(()) })
+            .await
+            .unwrap();
+    }
+    let _reaper = idem.spawn_reaper(Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
