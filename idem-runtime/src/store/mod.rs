@@ -21,10 +21,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub mod memory;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "redis")]
-pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
