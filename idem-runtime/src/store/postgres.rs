@@ -1,1 +1,0 @@
-//! The postgres store (being written).
