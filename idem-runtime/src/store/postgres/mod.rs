@@ -419,6 +419,13 @@ impl PostgresStore {
     /// Opens a store on `url` with `options`.
     pub async fn open_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, Error> {
         let table = Table::parse(&options.table)?;
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(Error::Config(
+                "invalid PostgreSQL URL for idem: it must start with postgres:// or \
+                 postgresql:// (postgres://user:password@host:port/database)"
+                    .into(),
+            ));
+        }
         let mut connect = PgConnectOptions::from_str(url).map_err(|e| {
             Error::Config(format!(
                 "invalid PostgreSQL URL for idem ({e}); expected \

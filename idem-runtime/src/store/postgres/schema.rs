@@ -7,6 +7,7 @@
 //! then find the schema current.
 
 use crate::error::Error;
+use crate::store::BoxFuture;
 use sqlx::{Connection, PgConnection, Row};
 
 /// The schema version this code writes and reads.
@@ -124,20 +125,25 @@ fn store_err(op: &'static str, e: sqlx::Error) -> Error {
 }
 
 /// The schema version recorded for `t`, 0 when there is no version table.
-pub(crate) async fn current_version(conn: &mut PgConnection, t: &Table) -> Result<i32, Error> {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(&t.migrations)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| store_err("migrate", e))?;
-    if !exists {
-        return Ok(0);
-    }
-    let sql = format!("SELECT coalesce(max(version), 0) FROM {}", t.migrations);
-    sqlx::query_scalar(&sql)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| store_err("migrate", e))
+pub(crate) fn current_version<'a>(
+    conn: &'a mut PgConnection,
+    t: &'a Table,
+) -> BoxFuture<'a, Result<i32, Error>> {
+    Box::pin(async move {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(&t.migrations)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| store_err("migrate", e))?;
+        if !exists {
+            return Ok(0);
+        }
+        let sql = format!("SELECT coalesce(max(version), 0) FROM {}", t.migrations);
+        sqlx::query_scalar(&sql)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| store_err("migrate", e))
+    })
 }
 
 fn newer(t: &Table, version: i32) -> Error {
@@ -151,95 +157,98 @@ fn newer(t: &Table, version: i32) -> Error {
 
 /// Checks the schema of `t` and, when `apply`, brings it up to [`SCHEMA_VERSION`]. Refuses a
 /// schema newer than the code. Returns the version found before any change.
-pub(crate) async fn ensure(
-    conn: &mut PgConnection,
-    t: &Table,
+pub(crate) fn ensure<'a>(
+    conn: &'a mut PgConnection,
+    t: &'a Table,
     apply: bool,
     up_to: i32,
-) -> Result<i32, Error> {
-    let found = current_version(conn, t).await?;
-    if found > SCHEMA_VERSION {
-        return Err(newer(t, found));
-    }
-    if found >= up_to {
-        return Ok(found);
-    }
-    if !apply {
-        return Err(Error::Config(format!(
-            "the idem table {} is at schema version {found}, this version of idem needs \
+) -> BoxFuture<'a, Result<i32, Error>> {
+    Box::pin(async move {
+        let found = current_version(conn, t).await?;
+        if found > SCHEMA_VERSION {
+            return Err(newer(t, found));
+        }
+        if found >= up_to {
+            return Ok(found);
+        }
+        if !apply {
+            return Err(Error::Config(format!(
+                "the idem table {} is at schema version {found}, this version of idem needs \
              {SCHEMA_VERSION}: run `PostgresStore::migrate` (or the SQL of \
              `PostgresStore::migrations`), or open with `migrate_on_open(true)`",
-            t.display
-        )));
-    }
-    let who = whoami(conn).await;
-    let mut tx = conn.begin().await.map_err(|e| store_err("migrate", e))?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-        .bind(LOCK_CLASS)
-        .bind(&t.records)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store_err("migrate", e))?;
-    let create_versions = format!(
-        "CREATE TABLE IF NOT EXISTS {} (\n\
+                t.display
+            )));
+        }
+        let who = whoami(conn).await;
+        let mut tx = conn.begin().await.map_err(|e| store_err("migrate", e))?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(LOCK_CLASS)
+            .bind(&t.records)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| store_err("migrate", e))?;
+        let create_versions = format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
          \x20   version     integer     PRIMARY KEY,\n\
          \x20   description text        NOT NULL,\n\
          \x20   applied_at  timestamptz NOT NULL DEFAULT now()\n\
          )",
-        t.migrations
-    );
-    run_ddl(&mut tx, t, who.as_ref(), &create_versions).await?;
-    // Under the lock: what another process may have applied meanwhile.
-    let now = current_version(&mut tx, t).await?;
-    if now > SCHEMA_VERSION {
-        return Err(newer(t, now));
-    }
-    for m in migrations(t)
-        .into_iter()
-        .filter(|m| m.version > now && m.version <= up_to)
-    {
-        run_ddl(&mut tx, t, who.as_ref(), &m.sql).await?;
-        let record = format!(
-            "INSERT INTO {} (version, description) VALUES ($1, $2)",
             t.migrations
         );
-        sqlx::query(&record)
-            .bind(m.version)
-            .bind(m.description)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| store_err("migrate", e))?;
-        tracing::info!(table = %t.display, version = m.version, "idem: applied PostgreSQL migration");
-    }
-    tx.commit().await.map_err(|e| store_err("migrate", e))?;
-    Ok(found)
+        run_ddl(&mut tx, t, who.as_ref(), &create_versions).await?;
+        // Under the lock: what another process may have applied meanwhile.
+        let now = current_version(&mut tx, t).await?;
+        if now > SCHEMA_VERSION {
+            return Err(newer(t, now));
+        }
+        for m in migrations(t)
+            .into_iter()
+            .filter(|m| m.version > now && m.version <= up_to)
+        {
+            run_ddl(&mut tx, t, who.as_ref(), &m.sql).await?;
+            let record = format!(
+                "INSERT INTO {} (version, description) VALUES ($1, $2)",
+                t.migrations
+            );
+            sqlx::query(&record)
+                .bind(m.version)
+                .bind(m.description)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| store_err("migrate", e))?;
+            tracing::info!(table = %t.display, version = m.version, "idem: applied PostgreSQL migration");
+        }
+        tx.commit().await.map_err(|e| store_err("migrate", e))?;
+        Ok(found)
+    })
 }
 
 /// Runs DDL, turning a missing privilege into an error that names it.
-async fn run_ddl(
-    conn: &mut PgConnection,
-    t: &Table,
-    who: Option<&(String, String)>,
-    sql: &str,
-) -> Result<(), Error> {
-    match sqlx::raw_sql(sql).execute(&mut *conn).await {
-        Ok(_) => Ok(()),
-        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
-            let message = db.message().to_string();
-            let (role, schema) = match who {
-                Some((role, current)) => (
-                    format!("role \"{role}\""),
-                    format!("schema \"{}\"", t.schema.as_deref().unwrap_or(current)),
-                ),
-                None => (
-                    "the connecting role".to_string(),
-                    "the table's schema".to_string(),
-                ),
-            };
-            Err(Error::store(
-                "postgres",
-                "migrate",
-                format!(
+fn run_ddl<'a>(
+    conn: &'a mut PgConnection,
+    t: &'a Table,
+    who: Option<&'a (String, String)>,
+    sql: &'a str,
+) -> BoxFuture<'a, Result<(), Error>> {
+    Box::pin(async move {
+        match sqlx::Executor::execute(&mut *conn, sql).await {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
+                let message = db.message().to_string();
+                let (role, schema) = match who {
+                    Some((role, current)) => (
+                        format!("role \"{role}\""),
+                        format!("schema \"{}\"", t.schema.as_deref().unwrap_or(current)),
+                    ),
+                    None => (
+                        "the connecting role".to_string(),
+                        "the table's schema".to_string(),
+                    ),
+                };
+                Err(Error::store(
+                    "postgres",
+                    "migrate",
+                    format!(
                     "cannot create the idem table {}: {message} (SQLSTATE 42501): {role} lacks \
                      the CREATE privilege on {schema}. Grant it (`GRANT CREATE ON SCHEMA ...`), \
                      or let a privileged role create the schema first with \
@@ -247,19 +256,22 @@ async fn run_ddl(
                      (see docs/postgres.md)",
                     t.display
                 ),
-            ))
+                ))
+            }
+            Err(e) => Err(store_err("migrate", e)),
         }
-        Err(e) => Err(store_err("migrate", e)),
-    }
+    })
 }
 
 /// Reads who we are and where tables go, for error messages.
-pub(crate) async fn whoami(conn: &mut PgConnection) -> Option<(String, String)> {
-    let row = sqlx::query("SELECT current_user::text, coalesce(current_schema(), '')::text")
-        .fetch_one(conn)
-        .await
-        .ok()?;
-    Some((row.try_get(0).ok()?, row.try_get(1).ok()?))
+pub(crate) fn whoami(conn: &mut PgConnection) -> BoxFuture<'_, Option<(String, String)>> {
+    Box::pin(async move {
+        let row = sqlx::query("SELECT current_user::text, coalesce(current_schema(), '')::text")
+            .fetch_one(conn)
+            .await
+            .ok()?;
+        Some((row.try_get(0).ok()?, row.try_get(1).ok()?))
+    })
 }
 
 #[cfg(test)]
