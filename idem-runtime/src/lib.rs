@@ -30,3 +30,7 @@ pub use policy::{
     parse_duration, DecideErrors, Defaults, ErrorPolicy, KeepErrors, OnError, ReleaseErrors,
 };
 pub use store::Store;
+
+/// The PostgreSQL store and its transactional mode (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use store::postgres;
