@@ -5,7 +5,12 @@
 //! which crates are linked, so the pinned messages are those of the CI feature set
 //! (`--all-features`); other feature sets say that they skip them.
 
-#[cfg(all(feature = "sqlite", feature = "postgres", feature = "redis", feature = "axum"))]
+#[cfg(all(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis",
+    feature = "axum"
+))]
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
@@ -13,7 +18,12 @@ fn ui() {
     t.compile_fail("tests/ui/fail/*.rs");
 }
 
-#[cfg(not(all(feature = "sqlite", feature = "postgres", feature = "redis", feature = "axum")))]
+#[cfg(not(all(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis",
+    feature = "axum"
+)))]
 #[test]
 fn ui() {
     eprintln!(

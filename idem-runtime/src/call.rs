@@ -158,7 +158,7 @@ impl Call {
         let parent = if self.step { context::current() } else { None };
         if let Some(parent) = &parent {
             self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
-            self.idem = self.idem.or_else(|| Some(parent.idem.clone()));
+            self.idem = self.idem.or_else(|| parent.idem.clone());
             self.scope = self.scope.or_else(|| parent.scope.clone());
         }
         let idem = match self.idem.take() {
@@ -294,7 +294,7 @@ impl Call {
         let ctx = CallContext {
             key: call.key,
             token,
-            idem: call.idem.clone(),
+            idem: Some(call.idem.clone()),
             scope: call.scope.clone(),
             ttl: call.ttl,
         };

@@ -9,7 +9,8 @@ use std::time::Duration;
 pub(crate) struct CallContext {
     pub(crate) key: Digest,
     pub(crate) token: u64,
-    pub(crate) idem: Idem,
+    /// `None` in PostgreSQL's transactional mode: its steps use the installed handle.
+    pub(crate) idem: Option<Idem>,
     pub(crate) scope: Option<Vec<u8>>,
     pub(crate) ttl: Duration,
 }

@@ -49,6 +49,14 @@ impl Idem {
         ))
     }
 
+    /// A PostgreSQL store (the schema is created or upgraded on open).
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str) -> Result<Idem, Error> {
+        Ok(Idem::from_store(
+            crate::store::postgres::PostgresStore::open(url).await?,
+        ))
+    }
+
     /// A handle on any [`Store`], with the default policy (ttl 24 h, lease 30 s, no wait).
     pub fn from_store(store: impl Store) -> Idem {
         Idem::with_defaults(store, Defaults::default())

@@ -575,8 +575,10 @@ pub mod scenarios {
                 })
         };
         let slow = tokio::spawn(run(c.clone()));
-        for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(450)).await;
+        let started = std::time::Instant::now();
+        // Duplicates well past the first lease (1 s) and short of the body's end (3 s).
+        while started.elapsed() < Duration::from_millis(2300) {
+            tokio::time::sleep(Duration::from_millis(400)).await;
             let dup = run(c.clone()).await;
             assert!(
                 matches!(dup, Err(Failure::Idem(Error::InProgress { .. }))),

@@ -21,6 +21,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -332,6 +332,9 @@ impl TxClaim {
             CallContext {
                 key: self.key,
                 token: self.token,
+                idem: None,
+                scope: None,
+                ttl: self.ttl,
             },
             fut,
         )
