@@ -224,3 +224,52 @@ async fn connections_killed_under_load_never_run_a_body_twice_unreported() {
         killed.load(Ordering::SeqCst)
     );
 }
+
+/// A server that stops answering (`CLIENT PAUSE … ALL`) gives `Error::Store` within the
+/// response timeout, not a hang; the call works again once the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_a_store_error_not_a_hang() {
+    let Some(server) = TempRedis::start(&[]) else {
+        return;
+    };
+    let store = idem::store::redis::RedisStore::options()
+        .response_timeout(Duration::from_millis(300))
+        .open(&server.url())
+        .await
+        .unwrap();
+    let idem = Idem::from_store(store);
+    let mut probe = raw(&server.url()).await;
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2500)
+        .arg("ALL")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let out = idem
+        .call("hung")
+        .key("k")
+        .run(async { Ok::<_, Error>(1u8) })
+        .await;
+    let took = started.elapsed();
+    match out {
+        Err(Error::Store(e)) => assert_eq!(e.op, "claim"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    assert!(took < Duration::from_millis(2000), "took {took:?}");
+    let () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    // The paused claim may still have run once the server woke up: then the key is held
+    // until its lease lapses. Either way nothing ran, and a later call gets an answer.
+    let again = idem
+        .call("hung")
+        .key("k2")
+        .run(async { Ok::<_, Error>(2u8) })
+        .await
+        .unwrap();
+    assert_eq!(again, Outcome::Fresh(2));
+}
