@@ -11,7 +11,12 @@ use std::sync::Arc;
 
 #[tokio::test]
 async fn a_url_that_does_not_parse_is_a_config_error() {
-    for url in ["not a url", "http://127.0.0.1:6379/", "redis://127.0.0.1:notaport/", ""] {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:6379/",
+        "redis://127.0.0.1:notaport/",
+        "",
+    ] {
         match Idem::redis(url).await {
             Err(Error::Config(msg)) => assert!(msg.contains("Redis URL"), "{msg}"),
             other => panic!("{url:?}: expected Error::Config, got {other:?}"),
@@ -21,7 +26,14 @@ async fn a_url_that_does_not_parse_is_a_config_error() {
 
 #[tokio::test]
 async fn a_bad_key_prefix_is_a_config_error() {
-    for prefix in ["", "has space", "{tag}", "a}b", "tab\there", &"x".repeat(65)] {
+    for prefix in [
+        "",
+        "has space",
+        "{tag}",
+        "a}b",
+        "tab\there",
+        &"x".repeat(65),
+    ] {
         // Refused before any connection is made: the URL points nowhere.
         match RedisStore::options()
             .key_prefix(prefix)
@@ -56,7 +68,11 @@ async fn a_custom_prefix_is_used_for_every_key() {
         .await
         .unwrap();
     let mut con = redis_support::raw(&server.url()).await;
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut con).await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
     assert_eq!(keys, vec![format!("app-1.idem:v1:{{{}}}", digest.to_hex())]);
     let name: String = redis::cmd("HGET")
         .arg(&keys[0])
@@ -188,7 +204,10 @@ async fn a_read_only_replica_is_a_clear_store_error() {
         Err(Error::Store(e)) => {
             assert_eq!(e.op, "claim");
             let msg = e.to_string();
-            assert!(msg.contains("read only replica") && msg.contains("primary"), "{msg}");
+            assert!(
+                msg.contains("read only replica") && msg.contains("primary"),
+                "{msg}"
+            );
         }
         other => panic!("expected a store error, got {other:?}"),
     }

@@ -273,3 +273,50 @@ async fn a_hung_server_is_a_store_error_not_a_hang() {
         .unwrap();
     assert_eq!(again, Outcome::Fresh(2));
 }
+
+/// The shared pub/sub connection killed while a duplicate waits: the waiter is woken, listens
+/// again on a new connection, and still replays the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_connection_killed_during_a_wait() {
+    let Some(server) = TempRedis::start(&[]) else {
+        return;
+    };
+    let idem = Idem::redis(&server.url()).await.unwrap();
+    let mut probe = raw(&server.url()).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let holder = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.call("pubsub-kill")
+                .key("k")
+                .run(async move {
+                    started_tx.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    Ok::<_, Error>(3u8)
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    let waiter = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.call("pubsub-kill")
+                .key("k")
+                .wait(Duration::from_secs(10))
+                .run(async { Ok::<_, Error>(4u8) })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed: usize = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "one shared pub/sub connection");
+    assert_eq!(waiter.await.unwrap().unwrap(), Outcome::Replayed(3));
+    assert_eq!(holder.await.unwrap().unwrap(), Outcome::Fresh(3));
+}

@@ -139,10 +139,17 @@ async fn server_restarted_mid_load() {
         "no call saw the server down: {:?}",
         l.store_errors
     );
-    assert!(l.slowest < Duration::from_secs(5), "a call took {:?}", l.slowest);
+    assert!(
+        l.slowest < Duration::from_secs(5),
+        "a call took {:?}",
+        l.slowest
+    );
     // Recovery: plenty of successes in the second life.
     let second_life_oks = l.oks.iter().filter(|(_, p, _)| *p == 2).count();
-    assert!(second_life_oks > 20, "only {second_life_oks} successes after the restart");
+    assert!(
+        second_life_oks > 20,
+        "only {second_life_oks} successes after the restart"
+    );
     assert!(l.oks.iter().filter(|(_, p, _)| *p == 0).count() > 20);
 
     // Within one life, a key ran at most once.

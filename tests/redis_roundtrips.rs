@@ -83,3 +83,46 @@ async fn scripts_are_reloaded_after_script_flush() {
     assert_eq!(d.get("evalsha"), Some(&4), "{d:?}");
     assert_eq!(d.get("script|load"), Some(&2), "{d:?}");
 }
+
+/// A duplicate that waits listens on pub/sub instead of polling: over a 1.5 s wait it sends a
+/// handful of requests (claim, subscribe, one look after subscribing, the final read), not one
+/// every few milliseconds, and it wakes with the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_duplicate_listens_instead_of_polling() {
+    let Some(server) = TempRedis::start(&[]) else {
+        return;
+    };
+    let idem = idem::Idem::redis(&server.url()).await.unwrap();
+    let mut probe = raw(&server.url()).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let holder = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.call("listen")
+                .key("k")
+                .run(async move {
+                    started_tx.send(()).unwrap();
+                    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+                    Ok::<_, idem::Error>(5u8)
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    let s0 = commandstats(&mut probe).await;
+    let waited = idem
+        .call("listen")
+        .key("k")
+        .wait(std::time::Duration::from_secs(10))
+        .run(async { Ok::<_, idem::Error>(6u8) })
+        .await
+        .unwrap();
+    assert_eq!(waited, idem::Outcome::Replayed(5));
+    assert_eq!(holder.await.unwrap().unwrap(), idem::Outcome::Fresh(5));
+    let s1 = commandstats(&mut probe).await;
+    let d = requests(&s0, &s1);
+    // The waiter: claim, a look after subscribing, a read after the wake-up; the holder:
+    // complete. Polling every 25 ms would have been about 60.
+    assert_eq!(d.get("evalsha"), Some(&4), "{d:?}");
+    assert_eq!(d.get("subscribe"), Some(&1), "{d:?}");
+}

@@ -60,7 +60,7 @@ use crate::key::Digest;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
 use ::redis::{Client, ErrorKind, RedisError, Script, Value};
 use futures_util::StreamExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -81,7 +81,7 @@ const BULK_HEADROOM: usize = 4096;
 
 /// How long a waiter listens for a notification before it looks at the record again anyway
 /// (covers a pub/sub connection that died without telling).
-const WAIT_SLICE: Duration = Duration::from_secs(1);
+const WAIT_SLICE: Duration = Duration::from_secs(5);
 
 /// Options of a [`RedisStore`]: a builder, `RedisOptions::new().key_prefix("app").open(url)`.
 #[derive(Debug, Clone)]
@@ -706,17 +706,30 @@ struct Waiters {
     count: usize,
 }
 
-/// One pub/sub connection per store, shared by every waiter: a channel is subscribed while at
-/// least one waiter listens on it, and each message wakes that channel's waiters.
+/// The subscribing half of the pub/sub connection and what it is subscribed to.
+#[derive(Default)]
+struct Subscriptions {
+    sink: Option<PubSubSink>,
+    channels: HashSet<String>,
+    /// Bumped on every new connection, so a dispatcher that ends only resets its own.
+    generation: u64,
+}
+
+/// One pub/sub connection per store, shared by every waiter: a channel is subscribed while a
+/// waiter listens on it (and for [`LINGER`] after, so a wait loop does not subscribe anew on
+/// every turn), and each message wakes that channel's waiters.
 struct Notifier {
     client: Client,
     options: RedisOptions,
     waiters: Mutex<HashMap<String, Waiters>>,
-    /// The subscribing half; subscribe and unsubscribe are serialised by this lock, so the
-    /// "is anyone still waiting?" check and the command it decides are never interleaved.
-    sink: tokio::sync::Mutex<Option<PubSubSink>>,
+    /// Subscribe and unsubscribe are serialised by this lock, so the "is anyone still
+    /// waiting?" check and the command it decides are never interleaved.
+    subs: tokio::sync::Mutex<Subscriptions>,
     dispatcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
+
+/// How long a channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// A registered waiter; unregisters (and unsubscribes when it was the last) on drop.
 struct Waiter<'a> {
@@ -746,6 +759,7 @@ impl Drop for Waiter<'_> {
                 let notifier = Arc::downgrade(self.notifier);
                 let channel = std::mem::take(&mut self.channel);
                 rt.spawn(async move {
+                    tokio::time::sleep(LINGER).await;
                     if let Some(n) = notifier.upgrade() {
                         n.unsubscribe(&channel).await;
                     }
@@ -759,13 +773,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn timed_out(what: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} timed out"),
+    ))
+}
+
 impl Notifier {
     fn new(client: Client, options: RedisOptions) -> Self {
         Notifier {
             client,
             options,
             waiters: Mutex::new(HashMap::new()),
-            sink: tokio::sync::Mutex::new(None),
+            subs: tokio::sync::Mutex::new(Subscriptions::default()),
             dispatcher: Mutex::new(None),
         }
     }
@@ -784,30 +805,32 @@ impl Notifier {
         }
     }
 
-    /// Subscribes to `channel` (again, if need be: SUBSCRIBE is idempotent), connecting the
-    /// pub/sub connection first if there is none or it died.
+    /// Makes sure `channel` is subscribed, connecting the pub/sub connection first if there is
+    /// none or it died (one reconnection per call).
     async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<(), RedisError> {
-        let mut sink = self.sink.lock().await;
+        let mut subs = self.subs.lock().await;
+        if subs.sink.is_some() && subs.channels.contains(channel) {
+            return Ok(());
+        }
         for fresh in [false, true] {
-            if sink.is_none() || fresh {
-                *sink = Some(self.connect().await?);
+            if subs.sink.is_none() || fresh {
+                self.connect(&mut subs).await?;
             }
-            let s = sink.as_mut().expect("connected above");
-            match tokio::time::timeout(self.options.response_timeout, s.subscribe(channel)).await {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(e)) if !fresh => {
+            let sink = subs.sink.as_mut().expect("connected above");
+            let res = tokio::time::timeout(self.options.response_timeout, sink.subscribe(channel))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("SUBSCRIBE")));
+            match res {
+                Ok(()) => {
+                    subs.channels.insert(channel.to_string());
+                    return Ok(());
+                }
+                Err(e) if !fresh => {
                     tracing::debug!(error = %e, "idem: redis pub/sub connection lost; reconnecting")
                 }
-                Ok(Err(e)) => {
-                    *sink = None;
+                Err(e) => {
+                    subs.sink = None;
                     return Err(e);
-                }
-                Err(_) => {
-                    *sink = None;
-                    return Err(RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "SUBSCRIBE timed out",
-                    )));
                 }
             }
         }
@@ -815,30 +838,30 @@ impl Notifier {
     }
 
     async fn unsubscribe(&self, channel: &str) {
-        let mut sink = self.sink.lock().await;
-        if lock(&self.waiters).contains_key(channel) {
-            return; // someone started waiting again meanwhile
+        let mut subs = self.subs.lock().await;
+        if lock(&self.waiters).contains_key(channel) || !subs.channels.remove(channel) {
+            return; // someone is waiting again, or the connection it was on is gone
         }
-        if let Some(s) = sink.as_mut() {
-            let r = tokio::time::timeout(self.options.response_timeout, s.unsubscribe(channel));
+        if let Some(sink) = subs.sink.as_mut() {
+            let r = tokio::time::timeout(self.options.response_timeout, sink.unsubscribe(channel));
             if !matches!(r.await, Ok(Ok(()))) {
-                *sink = None;
+                subs.sink = None;
+                subs.channels.clear();
             }
         }
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<PubSubSink, RedisError> {
+    async fn connect(self: &Arc<Self>, subs: &mut Subscriptions) -> Result<(), RedisError> {
+        subs.sink = None;
+        subs.channels.clear();
+        subs.generation += 1;
+        let generation = subs.generation;
         let pubsub = tokio::time::timeout(
             self.options.connection_timeout,
             self.client.get_async_pubsub(),
         )
         .await
-        .map_err(|_| {
-            RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "pub/sub connection timed out",
-            ))
-        })??;
+        .map_err(|_| timed_out("the pub/sub connection"))??;
         let (sink, mut stream) = pubsub.split();
         let weak: Weak<Notifier> = Arc::downgrade(self);
         let task = tokio::spawn(async move {
@@ -849,18 +872,25 @@ impl Notifier {
                     w.notify.notify_waiters();
                 }
             }
-            // The connection ended: wake everyone so they look at their records and
-            // subscribe again on a new connection.
-            if let Some(n) = weak.upgrade() {
-                for w in lock(&n.waiters).values() {
-                    w.notify.notify_waiters();
+            // The connection ended: forget it, and wake everyone so they look at their
+            // records and subscribe again on a new connection.
+            let Some(n) = weak.upgrade() else { return };
+            {
+                let mut subs = n.subs.lock().await;
+                if subs.generation == generation {
+                    subs.sink = None;
+                    subs.channels.clear();
                 }
+            }
+            for w in lock(&n.waiters).values() {
+                w.notify.notify_waiters();
             }
         });
         if let Some(old) = lock(&self.dispatcher).replace(task.abort_handle()) {
             old.abort();
         }
-        Ok(sink)
+        subs.sink = Some(sink);
+        Ok(())
     }
 }
 
