@@ -57,6 +57,14 @@ impl Idem {
         ))
     }
 
+    /// A Redis store.
+    #[cfg(feature = "redis")]
+    pub async fn redis(url: &str) -> Result<Idem, Error> {
+        Ok(Idem::from_store(
+            crate::store::redis::RedisStore::open(url).await?,
+        ))
+    }
+
     /// A handle on any [`Store`], with the default policy (ttl 24 h, lease 30 s, no wait).
     pub fn from_store(store: impl Store) -> Idem {
         Idem::with_defaults(store, Defaults::default())

@@ -1,0 +1,32 @@
+#!lua
+-- idem claim. KEYS[1] = record hash; ARGV = name, fingerprint, lease_ms, nonce.
+-- Returns {1, token} when this attempt now holds the key (a new claim, the takeover of a
+-- record that is no longer live, or this very attempt's claim retried after a lost reply),
+-- or {0, status, token, fingerprint, value, name, created_at, expires_at, now} for the live
+-- record of another attempt. Times are ms on the server clock; tokens are decimal strings.
+local key = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cur = redis.call('HMGET', key, 'status', 'token', 'expires_at', 'nonce')
+local status, token = cur[1], cur[2]
+if (status == '0' or status == '1') and now < tonumber(cur[3]) then
+  if status == '0' and cur[4] == ARGV[4] then
+    return {1, token}
+  end
+  local r = redis.call('HMGET', key, 'fingerprint', 'value', 'name', 'created_at')
+  return {0, status, token, r[1], r[2], r[3], r[4], cur[3], string.format('%.0f', now)}
+end
+-- protocol::next_token: max(previous + 1, now_ms * 1000). Exact in a double below 2^53
+-- (microseconds since 1970 stay below it until the year 2255).
+local next = now * 1000
+if token then
+  local p = tonumber(token)
+  if p and p + 1 > next then next = p + 1 end
+end
+local ntok = string.format('%.0f', next)
+local exp = string.format('%.0f', now + tonumber(ARGV[3]))
+redis.call('DEL', key)
+redis.call('HSET', key, 'status', '0', 'token', ntok, 'fingerprint', ARGV[2], 'name', ARGV[1],
+  'created_at', string.format('%.0f', now), 'expires_at', exp, 'nonce', ARGV[4])
+redis.call('PEXPIREAT', key, exp)
+return {1, ntok}

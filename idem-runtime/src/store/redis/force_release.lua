@@ -1,0 +1,14 @@
+#!lua
+-- idem force_release. KEYS[1] = record hash.
+-- Deletes the record whatever its state. Returns it as `get` does when it was live, else nil.
+local key = KEYS[1]
+local r = redis.call('HMGET', key, 'status', 'token', 'fingerprint', 'value', 'name',
+  'created_at', 'expires_at')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('DEL', key) == 0 then return false end
+redis.call('PUBLISH', key, 'released')
+if (r[1] == '0' or r[1] == '1') and now < tonumber(r[7]) then
+  return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], string.format('%.0f', now)}
+end
+return false
