@@ -6,6 +6,7 @@
 //! same period computes the same key, and the job's name as the call's namespace:
 //!
 //! ```
+//! # extern crate idem_runtime as idem;
 //! use std::time::{Duration, SystemTime};
 //! # async fn demo() -> Result<(), idem::Error> {
 //! let idem = idem::Idem::memory();

@@ -8,6 +8,7 @@
 //! not run again.
 //!
 //! ```no_run
+//! # extern crate idem_runtime as idem;
 //! use axum::{routing::post, Router};
 //! use idem::http::axum::{IdempotencyLayer, Principal};
 //!

@@ -1,6 +1,6 @@
 //! HTTP integrations (feature `axum`).
 //!
-//! [`axum`](self::axum) has the `Idempotency-Key` layer: a [tower] layer for axum routers that
+//! [`axum`] has the `Idempotency-Key` layer: a [tower] layer for axum routers that
 //! replays the stored response of a request repeated with the same key, following the IETF draft
 //! *The Idempotency-Key HTTP Header Field* and the behaviour of Stripe's API.
 //!
