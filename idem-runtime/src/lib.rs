@@ -7,8 +7,11 @@
 mod call;
 mod codec;
 mod context;
+pub mod cron;
 mod error;
 mod handle;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod key;
 mod lease;
 mod policy;
