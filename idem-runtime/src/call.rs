@@ -439,6 +439,7 @@ async fn wait_for(store: &dyn Store, call: &Prepared, deadline: Instant) -> Wait
 /// A step of the idempotent call it runs in, for a block not worth its own function:
 ///
 /// ```
+/// # extern crate idem_runtime as idem;
 /// # async fn demo() -> Result<(), idem::Error> {
 /// # let idem = idem::Idem::memory();
 /// idem.call("checkout").key("order-1").run(async {

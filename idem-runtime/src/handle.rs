@@ -105,6 +105,7 @@ impl Idem {
     /// fingerprint, ttl, lease, wait), then `run` its body.
     ///
     /// ```
+    /// # extern crate idem_runtime as idem;
     /// # async fn demo() -> Result<(), idem::Error> {
     /// let idem = idem::Idem::memory();
     /// let out = idem

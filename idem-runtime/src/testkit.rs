@@ -2,7 +2,7 @@
 //!
 //! A store's test file is one line:
 //!
-//! ```ignore
+//! ```text
 //! idem::conformance_suite!(make_store); // async fn make_store() -> Option<idem::Idem>
 //! ```
 //!

@@ -8,6 +8,7 @@
 //! transaction commits, both are there, and every repeat replays the stored result.
 //!
 //! ```no_run
+//! # extern crate idem_runtime as idem;
 //! # async fn demo(store: idem::store::postgres::PostgresStore) -> Result<(), idem::Error> {
 //! use idem::store::postgres::{in_transaction, TxCall};
 //! let mut tx = store.pool().begin().await.map_err(|e| idem::Error::store("postgres", "begin", e))?;
