@@ -374,6 +374,6 @@ mod tests {
         assert_eq!(distance("ttl", "ttl"), 0);
         assert_eq!(suggestion("leese"), Some("lease"));
         assert_eq!(suggestion("fingerprnt"), Some("fingerprint"));
-        assert_eq!(suggestion("step"), None);
+        assert_eq!(suggestion("retries"), None);
     }
 }
