@@ -380,7 +380,7 @@ fn transactional_mode_survives_kill_9() {
                 tokio::spawn(async move {
                     for k in (t..job.keys).step_by(8) {
                         let out = tx_once(&store, &job, k, Duration::ZERO).await.unwrap();
-                        assert_eq!(out.clone().into_inner(), k);
+                        assert_eq!(out.into_inner(), k);
                         if !out.is_replayed() {
                             fresh.fetch_add(1, Ordering::SeqCst);
                         }
