@@ -2,7 +2,7 @@
 //!
 //! | step | statement |
 //! |---|---|
-//! | `claim` | `WITH clock, ins AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE <existing not live> RETURNING token) SELECT <claimed> FROM ins UNION ALL SELECT <live row> WHERE NOT EXISTS (ins)` |
+//! | `claim` | `WITH clock, live AS (SELECT <live row>), ins AS (INSERT … WHERE NOT EXISTS (live) ON CONFLICT (key) DO UPDATE … WHERE <existing not live> RETURNING token) SELECT <claimed> FROM ins UNION ALL SELECT <live row> FROM live` |
 //! | `complete` | `UPDATE … SET status = 1, value, expires_at WHERE key AND token AND status = 0` (+ `pg_notify`) |
 //! | `release` | `DELETE … WHERE key AND token AND status = 0` (+ `pg_notify`) |
 //! | `renew` | `UPDATE … SET expires_at WHERE key AND token AND status = 0` |
@@ -13,14 +13,17 @@
 //! the statement, never the client's clock, so instances with skewed clocks agree. Keys and
 //! fingerprints are `bytea` digests, tokens `bigint`.
 //!
-//! **The READ COMMITTED caveat of the claim.** `INSERT … ON CONFLICT DO UPDATE` always sees the
-//! latest committed version of a conflicting row (it waits for an uncommitted one), but the
-//! `SELECT` beside it reads the statement's snapshot. When the conflicting row was committed
-//! after that snapshot and is live, the upsert does nothing and the `SELECT` may see no row, or
-//! an older version (which the statement filters out because it is no longer live). The claim
-//! detects "neither claimed nor found" and runs the statement again with a new snapshot, at most
-//! [`CLAIM_ATTEMPTS`] times. A live row the snapshot does see is a correct answer: it was live
-//! at the snapshot, a moment inside the statement's execution.
+//! **The claim** reads the key's live row from the statement's snapshot first. If there is one,
+//! it is the answer and nothing is written (a replay is a pure read: no row lock, no WAL); it
+//! was live at the snapshot, a moment inside the statement's execution, so the answer is
+//! linearizable. If there is none, the upsert runs.
+//!
+//! **The READ COMMITTED caveat.** `INSERT … ON CONFLICT DO UPDATE` always sees the latest
+//! committed version of a conflicting row (it waits for an uncommitted one), but the `SELECT`s
+//! of the statement read its snapshot. When the conflicting row was committed after that
+//! snapshot and is live, the upsert does nothing and the snapshot shows no live row either. The
+//! claim detects "neither claimed nor found" and runs the statement again with a new snapshot,
+//! at most [`CLAIM_ATTEMPTS`] times.
 //!
 //! Waiting (`Store::changed`) uses `LISTEN`/`NOTIFY`: `complete` and `release` notify on a
 //! channel of the table inside the same statement, and one shared listener connection per store
@@ -202,11 +205,19 @@ impl Sql {
         };
         let notify_from = |rel: &str, n: u8| format!("SELECT {} FROM {rel}", notify_expr(rel, n));
         Sql {
+            // A live row in the statement's snapshot is answered without touching it (a
+            // replay is a pure read: no row lock, no WAL); otherwise the upsert runs, and takes
+            // over a row that is not live.
             claim: format!(
                 "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now), \
+                 live AS MATERIALIZED ( \
+                   SELECT e.name, e.fingerprint, e.token, e.status, e.value, e.created_at, \
+                          e.expires_at \
+                     FROM {r} e, clock WHERE e.key = $1 AND e.expires_at > clock.now), \
                  ins AS ( \
                    INSERT INTO {r} AS r (key, name, fingerprint, token, status, value, created_at, expires_at) \
                    SELECT $1, $2, $3, clock.now * 1000, 0, NULL, clock.now, clock.now + $4 FROM clock \
+                    WHERE NOT EXISTS (SELECT 1 FROM live) \
                    ON CONFLICT (key) DO UPDATE SET \
                      name = EXCLUDED.name, fingerprint = EXCLUDED.fingerprint, \
                      token = GREATEST(r.token + 1, EXCLUDED.token), status = 0, value = NULL, \
@@ -217,10 +228,7 @@ impl Sql {
                         NULL::bytea, NULL::bigint, NULL::bigint, clock.now \
                    FROM ins, clock \
                  UNION ALL \
-                 SELECT FALSE, e.name, e.fingerprint, e.token, e.status, e.value, e.created_at, \
-                        e.expires_at, clock.now \
-                   FROM {r} e, clock \
-                  WHERE e.key = $1 AND e.expires_at > clock.now AND NOT EXISTS (SELECT 1 FROM ins)"
+                 SELECT FALSE, live.*, clock.now FROM live, clock"
             ),
             complete: format!(
                 "WITH u AS (UPDATE {r} SET status = 1, value = $3, expires_at = {CLOCK} + $4 \
@@ -553,6 +561,22 @@ impl PostgresStore {
         Idem::from_store(self.clone())
     }
 
+    /// The SQL text of a step (`"claim"`, `"complete"`, `"release"`, `"renew"`, `"get"`,
+    /// `"purge"`), for benchmarks that run the same statements through raw sqlx.
+    #[doc(hidden)]
+    pub fn statement_text(&self, step: &str) -> Option<&str> {
+        let sql = &self.inner.sql;
+        Some(match step {
+            "claim" => &sql.claim,
+            "complete" => &sql.complete,
+            "release" => &sql.release,
+            "renew" => &sql.renew,
+            "get" => &sql.get,
+            "purge" => &sql.purge,
+            _ => return None,
+        })
+    }
+
     pub(crate) fn sql_claim(&self) -> &str {
         &self.inner.sql.claim
     }
@@ -659,6 +683,14 @@ impl Store for PostgresStore {
                 if let Some(out) =
                     claim_once(&self.inner.sql.claim, &self.inner.pool, claim).await?
                 {
+                    if matches!(out, ClaimOutcome::Claimed { .. }) {
+                        // The body runs next, on this worker. Woken by the claim's I/O, this
+                        // task sits in the worker's LIFO slot, which other workers cannot
+                        // steal: a body that blocks its thread would then also stop the
+                        // runtime's I/O and timer driver (other callers' sleeps and leases).
+                        // One yield moves it to the stealable queue. No round trip.
+                        tokio::task::yield_now().await;
+                    }
                     return Ok(out);
                 }
             }

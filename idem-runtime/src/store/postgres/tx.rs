@@ -8,10 +8,11 @@
 //! transaction commits, both are there, and every repeat replays the stored result.
 //!
 //! ```no_run
-//! # extern crate idem_runtime as idem;
-//! # async fn demo(store: idem::store::postgres::PostgresStore) -> Result<(), idem::Error> {
-//! use idem::store::postgres::{in_transaction, TxCall};
-//! let mut tx = store.pool().begin().await.map_err(|e| idem::Error::store("postgres", "begin", e))?;
+//! # use idem_runtime as idem;
+//! use idem::store::postgres::{in_transaction, sqlx, PostgresStore, TxCall};
+//! # async fn demo(store: PostgresStore) -> Result<(), idem::Error> {
+//! let db = |e| idem::Error::store("postgres", "app", e);
+//! let mut tx = store.pool().begin().await.map_err(db)?;
 //! let receipt = in_transaction(&store, &mut tx, TxCall::new("orders.v1").key("order-42"), |conn| {
 //!     Box::pin(async move {
 //!         sqlx::query("INSERT INTO orders (id) VALUES (42)")
@@ -22,7 +23,7 @@
 //!     })
 //! })
 //! .await?;
-//! tx.commit().await.map_err(|e| idem::Error::store("postgres", "commit", e))?;
+//! tx.commit().await.map_err(db)?;
 //! # let _ = receipt; Ok(()) }
 //! ```
 //!
