@@ -1,1 +1,156 @@
-fn main() {}
+//! Fresh idempotent calls per second on Redis at concurrency 1, 16 and 64: idem against raw
+//! redis-rs running the same two scripts (claim, complete) on a `ConnectionManager`, so the
+//! difference is idem's own work (key derivation, codec, protocol, the store's bookkeeping).
+//!
+//! Runs on a private redis-server on a free loopback port (nothing else's load in the numbers);
+//! needs `redis-server` on the PATH. `cargo bench --bench redis --features redis`.
+
+#[path = "../tests/redis_support/mod.rs"]
+mod redis_support;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CLAIM: &str = include_str!("../idem-runtime/src/store/redis/claim.lua");
+const COMPLETE: &str = include_str!("../idem-runtime/src/store/redis/complete.lua");
+
+/// Runs `iters` calls spread over `concurrency` tasks; returns the wall time.
+async fn spread<F, Fut>(iters: u64, concurrency: u64, call: F) -> Duration
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|i| {
+            let n = iters / concurrency + u64::from(i < iters % concurrency);
+            let call = call.clone();
+            tokio::spawn(async move {
+                for _ in 0..n {
+                    call().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    started.elapsed()
+}
+
+struct Raw {
+    conn: ConnectionManager,
+    claim: Script,
+    complete: Script,
+}
+
+impl Raw {
+    /// The same two script calls idem makes for a fresh call, with arguments of the same shape.
+    async fn call(&self, n: u64) {
+        let key = format!("rawbench:v1:{{{n:064x}}}");
+        let mut conn = self.conn.clone();
+        let reply: redis::Value = self
+            .claim
+            .key(&key)
+            .arg("bench")
+            .arg(&[7u8; 32][..])
+            .arg("30000")
+            .arg(&n.to_le_bytes()[..])
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let redis::Value::Array(items) = reply else {
+            panic!("claim: {reply:?}")
+        };
+        let token = match &items[1] {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("token: {other:?}"),
+        };
+        let done: i64 = self
+            .complete
+            .key(&key)
+            .arg(&token)
+            .arg(&b"\x01{\"ok\":1}"[..])
+            .arg("60000")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(done, 1);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let Some(server) = redis_support::TempRedis::start(&[]) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let idem = rt.block_on(idem::Idem::redis(&url)).unwrap();
+    let raw = Arc::new(Raw {
+        conn: rt
+            .block_on(ConnectionManager::new(
+                redis::Client::open(url.as_str()).unwrap(),
+            ))
+            .unwrap(),
+        claim: Script::new(CLAIM),
+        complete: Script::new(COMPLETE),
+    });
+    let next = Arc::new(AtomicU64::new(0));
+
+    let mut g = c.benchmark_group("redis_fresh_call");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    for concurrency in [1u64, 16, 64] {
+        g.bench_with_input(
+            BenchmarkId::new("idem", concurrency),
+            &concurrency,
+            |b, &concurrency| {
+                b.to_async(&rt).iter_custom(|iters| {
+                    let (idem, next) = (idem.clone(), next.clone());
+                    spread(iters, concurrency, move || {
+                        let (idem, next) = (idem.clone(), next.clone());
+                        async move {
+                            let n = next.fetch_add(1, Ordering::Relaxed);
+                            let out = idem
+                                .call("bench")
+                                .key(&n)
+                                .ttl(Duration::from_secs(60))
+                                .run(async { Ok::<_, idem::Error>(1u64) })
+                                .await
+                                .unwrap();
+                            assert!(!out.is_replayed());
+                        }
+                    })
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("raw", concurrency),
+            &concurrency,
+            |b, &concurrency| {
+                b.to_async(&rt).iter_custom(|iters| {
+                    let (raw, next) = (raw.clone(), next.clone());
+                    spread(iters, concurrency, move || {
+                        let (raw, next) = (raw.clone(), next.clone());
+                        async move { raw.call(next.fetch_add(1, Ordering::Relaxed)).await }
+                    })
+                })
+            },
+        );
+    }
+    g.finish();
+    drop(server);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -215,3 +215,33 @@ async fn a_read_only_replica_is_a_clear_store_error() {
     let digest = idem::testkit::digest("replica", "k");
     assert_eq!(idem.store().get(&digest).await.unwrap(), None);
 }
+
+/// A server over `maxmemory` with `noeviction` refuses the write scripts up front: a clear
+/// `Error::Store` naming maxmemory; the body does not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_is_a_clear_store_error() {
+    let Some(server) = TempRedis::start(&["--maxmemory", "1", "--maxmemory-policy", "noeviction"])
+    else {
+        return;
+    };
+    let idem = Idem::redis(&server.url()).await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r2 = runs.clone();
+    let out = idem
+        .call("full")
+        .key("k")
+        .run(async move {
+            r2.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(1u8)
+        })
+        .await;
+    match out {
+        Err(Error::Store(e)) => {
+            assert_eq!(e.op, "claim");
+            let msg = e.to_string();
+            assert!(msg.contains("maxmemory"), "{msg}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}

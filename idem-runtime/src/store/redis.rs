@@ -13,8 +13,9 @@
 //! covers the namespace, the scope and the key (see [`crate::key`]), so the namespace is not part
 //! of the Redis key: it is kept in the `name` field, where an operator can read it, and a
 //! namespace with odd characters can never produce an odd Redis key. The braces are a Redis
-//! Cluster hash tag: the slot is computed from the digest alone, and since every script touches
-//! exactly one key, the store works unchanged on a cluster.
+//! Cluster hash tag: the slot is computed from the digest alone, and every script touches
+//! exactly one key, so the layout is Cluster-safe. (This store connects to a single server, a
+//! primary or a proxy; it does not speak the Cluster protocol itself yet.)
 //!
 //! The hash's fields:
 //!
