@@ -61,6 +61,10 @@
 //!   [`IdempotencyLayer::store_if`]. A released response still goes to the client as it is.
 //! * **While the first request is in flight** a repeat gets a 409 with `Retry-After`, or, with
 //!   [`IdempotencyLayer::wait`], waits for it and gets its response.
+//! * **A client that disconnects** mid-request: the server drops the request's future, so the
+//!   handler stops where it is and its claim is no longer renewed; it lapses after the lease
+//!   (30 s by default, [`IdempotencyLayer::lease`]), and until then a retry gets a 409. Choose
+//!   a lease a little longer than the slowest handler's pauses, not longer.
 //!
 //! # Errors
 //!
