@@ -167,3 +167,25 @@ async fn the_reaper_purges_expired_rows() {
         .unwrap();
     assert_eq!(left, 0);
 }
+
+/// `sqlite::memory:` survives its pooled connection being closed, as the pool does when a
+/// caller drops a query future mid-statement (CI once saw "no such table" after exactly that).
+#[tokio::test]
+async fn an_in_memory_database_outlives_a_closed_pool_connection() {
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let pool = store.pool().clone();
+    let idem = Idem::from_store(store);
+    let call = |v: u8| {
+        idem.call("memory-keeper")
+            .key("k")
+            .run(async move { Ok::<_, Error>(v) })
+    };
+    assert_eq!(call(1).await.unwrap(), Outcome::Fresh(1));
+    pool.acquire().await.unwrap().close().await.unwrap();
+    assert_eq!(pool.size(), 0, "the pool holds no connection now");
+    assert_eq!(
+        call(2).await.unwrap(),
+        Outcome::Replayed(1),
+        "a new pooled connection sees the same database"
+    );
+}

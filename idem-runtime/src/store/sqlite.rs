@@ -15,10 +15,10 @@ use super::{
 use crate::error::Error;
 use crate::key::Digest;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
-use sqlx::Row;
+use sqlx::{ConnectOptions, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -41,6 +41,11 @@ pub struct SqliteOptions {
 pub struct SqliteStore {
     pool: SqlitePool,
     sql: Statements,
+    /// For an in-memory database: one connection outside the pool, never used, that keeps the
+    /// shared-cache database alive. The pool closes a connection whose query future was dropped
+    /// mid-statement (a caller's timeout, a cancelled renewal); were it the last one, SQLite
+    /// would free the database and the next connection would open an empty one.
+    _keeper: Option<std::sync::Mutex<SqliteConnection>>,
 }
 
 /// The statements, built once at open because the table name is configurable.
@@ -140,9 +145,24 @@ impl SqliteOptions {
             .create_if_missing(true)
             .busy_timeout(self.busy_timeout)
             .synchronous(self.synchronous);
+        let open_err = |e: sqlx::Error| {
+            Error::store(
+                "sqlite",
+                "open",
+                format!("cannot open the SQLite database `{}`: {e}", self.url),
+            )
+        };
+        // sqlx opens `sqlite::memory:` as a named shared-cache database, which lives while any
+        // connection to it is open: the keeper holds one for the life of the store.
+        let keeper = if in_memory {
+            let conn = connect.connect().await.map_err(open_err)?;
+            Some(std::sync::Mutex::new(conn))
+        } else {
+            None
+        };
         let (connect, pool) = if in_memory {
-            // Every connection to `sqlite::memory:` is its own empty database: keep exactly one
-            // connection, for the life of the pool, so all calls share one database.
+            // One pooled connection: shared-cache connections lock whole tables, and one
+            // connection serialises the calls as well as SQLite would.
             (
                 connect,
                 SqlitePoolOptions::new()
@@ -157,16 +177,11 @@ impl SqliteOptions {
                 SqlitePoolOptions::new().max_connections(self.max_connections),
             )
         };
-        let pool = pool.connect_with(connect).await.map_err(|e| {
-            Error::store(
-                "sqlite",
-                "open",
-                format!("cannot open the SQLite database `{}`: {e}", self.url),
-            )
-        })?;
+        let pool = pool.connect_with(connect).await.map_err(open_err)?;
         let store = SqliteStore {
             pool,
             sql: Statements::new(&self.table),
+            _keeper: keeper,
         };
         store.migrate(&self.table).await?;
         Ok(store)
