@@ -178,7 +178,8 @@ fn main() -> ExitCode {
         Err(f) => {
             eprintln!("idem: {}", f.message);
             if json {
-                let doc = json!({"error": {"exit_code": f.code, "kind": f.kind, "message": f.message}});
+                let doc =
+                    json!({"error": {"exit_code": f.code, "kind": f.kind, "message": f.message}});
                 println!("{doc}");
             }
             ExitCode::from(f.code)
@@ -203,9 +204,7 @@ async fn run(cli: Cli) -> Result<String, Failure> {
              postgres://USER@HOST:PORT/DATABASE or redis://HOST:PORT/",
         ));
     };
-    let mut target = Target::default();
-    target.table = cli.table;
-    target.prefix = cli.prefix;
+    let target = Target::new(cli.table, cli.prefix);
     let command = match &cli.command {
         Command::Migrate => "migrate",
         Command::Show { .. } => "show",
@@ -229,14 +228,14 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             older_than,
             limit,
         } => {
-            let mut filter = Filter::default();
-            filter.name = name;
-            filter.status = status.map(|s| match s {
-                StatusArg::InProgress => Status::InProgress,
-                StatusArg::Completed => Status::Completed,
-            });
-            filter.older_than = older_than;
-            filter.limit = limit;
+            let filter = Filter::new()
+                .name(name)
+                .status(status.map(|s| match s {
+                    StatusArg::InProgress => Status::InProgress,
+                    StatusArg::Completed => Status::Completed,
+                }))
+                .older_than(older_than)
+                .limit(limit);
             list(&ctx, &filter).await
         }
         Command::Release { key, force } => release(&ctx, &key, force).await,
@@ -319,7 +318,10 @@ impl Ctx {
                     ),
                 ))
             }
-            Some("42P01") => Some((SCHEMA, "the idem table is missing: run `idem migrate`".into())),
+            Some("42P01") => Some((
+                SCHEMA,
+                "the idem table is missing: run `idem migrate`".into(),
+            )),
             Some("28P01") | Some("28000") => Some((
                 STORE,
                 "authentication failed: check the user and password in the URL".into(),
@@ -330,9 +332,10 @@ impl Ctx {
                  last /)"
                     .into(),
             )),
-            _ if text.contains("no such table") => {
-                Some((SCHEMA, "the idem table is missing: run `idem migrate`".into()))
-            }
+            _ if text.contains("no such table") => Some((
+                SCHEMA,
+                "the idem table is missing: run `idem migrate`".into(),
+            )),
             _ if text.contains("NOPERM") || text.contains("no permissions") => Some((
                 STORE,
                 "the Redis user lacks a permission: idem needs SCAN, HMGET, HSTRLEN, TIME, \
@@ -404,9 +407,8 @@ fn encode<T: serde::Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, Failure> {
 /// A key or scope given as JSON, canonically encoded. `null` is refused: it could stand for
 /// `None` or `()`, which encode differently, so no digest computed from it could be trusted.
 fn json_value(flag: &str, text: &str) -> Result<Vec<u8>, Failure> {
-    let v: Value = serde_json::from_str(text).map_err(|e| {
-        Failure::new(USAGE, "usage", format!("{flag} is not valid JSON: {e}"))
-    })?;
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| Failure::new(USAGE, "usage", format!("{flag} is not valid JSON: {e}")))?;
     fn has_null(v: &Value) -> bool {
         match v {
             Value::Null => true,
@@ -459,11 +461,17 @@ fn value_of(bytes: &[u8]) -> (Value, String) {
     match admin::stored_value(bytes) {
         Ok(StoredValue::Ok(j)) => {
             let v = serde_json::from_slice(j).unwrap_or(Value::Null);
-            (json!({"ok": v}), format!("Ok({})", String::from_utf8_lossy(j)))
+            (
+                json!({"ok": v}),
+                format!("Ok({})", String::from_utf8_lossy(j)),
+            )
         }
         Ok(StoredValue::Err(j)) => {
             let v = serde_json::from_slice(j).unwrap_or(Value::Null);
-            (json!({"err": v}), format!("Err({})", String::from_utf8_lossy(j)))
+            (
+                json!({"err": v}),
+                format!("Err({})", String::from_utf8_lossy(j)),
+            )
         }
         Err(e) => (json!({"unreadable": e.to_string()}), e.to_string()),
     }
@@ -547,9 +555,18 @@ async fn show(ctx: &Ctx, k: &KeyArgs, with_value: bool) -> Result<String, Failur
         return Ok(doc(v));
     }
     let left = human(r.remaining());
+    let key = match (&k.digest, &k.json_key, &k.key) {
+        (Some(_), _, _) => "(given by its digest)".to_string(),
+        (None, Some(j), _) => j.clone(),
+        (None, None, key) => key.clone().unwrap_or_default(),
+    };
+    let key = match (&k.scope, &k.json_scope) {
+        (Some(s), _) | (None, Some(s)) => format!("{key} (scope {s})"),
+        _ => key,
+    };
     let mut rows: Vec<(&str, String)> = vec![
-        ("key", label),
         ("name", r.name.clone()),
+        ("key", key),
         ("digest", digest.to_hex()),
         ("status", status_str(r.status).into()),
         (
@@ -562,16 +579,21 @@ async fn show(ctx: &Ctx, k: &KeyArgs, with_value: bool) -> Result<String, Failur
         ),
     ];
     match r.status {
-        Status::InProgress => rows.push(("lease left", format!("{left} (until {})", utc(r.expires_at)))),
-        Status::Completed => rows.push(("ttl left", format!("{left} (until {})", utc(r.expires_at)))),
+        Status::InProgress => rows.push((
+            "lease left",
+            format!("{left} (until {})", utc(r.expires_at)),
+        )),
+        Status::Completed => {
+            rows.push(("ttl left", format!("{left} (until {})", utc(r.expires_at))))
+        }
     }
     rows.push(("token", r.token.to_string()));
     rows.push(("fingerprint", r.fingerprint.to_hex()));
     rows.push((
         "result",
-        r.value
-            .as_ref()
-            .map_or("none (not finished)".into(), |v| format!("{} bytes", v.len())),
+        r.value.as_ref().map_or("none (not finished)".into(), |v| {
+            format!("{} bytes", v.len())
+        }),
     ));
     if with_value {
         if let Some(v) = &r.value {
@@ -689,7 +711,9 @@ async fn release(ctx: &Ctx, k: &KeyArgs, force: bool) -> Result<String, Failure>
     if ctx.json {
         let mut was = info_json(&KeyInfo::from(&r));
         was["live"] = Value::Bool(live);
-        return Ok(doc(json!({"released": true, "digest": digest.to_hex(), "was": was})));
+        return Ok(doc(
+            json!({"released": true, "digest": digest.to_hex(), "was": was}),
+        ));
     }
     Ok(format!(
         "released {label}: {what}. The next call with this key runs the body.\n"
@@ -807,7 +831,13 @@ mod tests {
 
     #[test]
     fn json_null_is_refused() {
-        assert_eq!(json_value("--json-key", r#"{"a": null}"#).err().unwrap().code, USAGE);
+        assert_eq!(
+            json_value("--json-key", r#"{"a": null}"#)
+                .err()
+                .unwrap()
+                .code,
+            USAGE
+        );
         assert_eq!(json_value("--json-key", "{nope").err().unwrap().code, USAGE);
         assert!(json_value("--json-key", r#"[1, "a"]"#).is_ok());
     }

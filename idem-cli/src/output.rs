@@ -104,7 +104,10 @@ mod tests {
     fn tables_align() {
         let t = table(
             &["NAME", "N"],
-            &[vec!["a".into(), "10".into()], vec!["bbb".into(), "2".into()]],
+            &[
+                vec!["a".into(), "10".into()],
+                vec!["bbb".into(), "2".into()],
+            ],
             &[1],
         );
         assert_eq!(t, "NAME   N\na     10\nbbb    2\n");

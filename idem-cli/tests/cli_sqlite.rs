@@ -27,10 +27,15 @@ fn a_missing_database_says_run_migrate_and_migrate_creates_it_once() {
     idem(&["--url", &db.url, "list"]).expect(5);
 
     let run = idem(&["--url", &db.url, "migrate"]).expect(0);
-    assert!(run.stdout.contains("created the schema (version 1)"), "{run:#?}");
+    assert!(
+        run.stdout.contains("created the schema (version 1)"),
+        "{run:#?}"
+    );
     let run = idem(&["--url", &db.url, "migrate"]).expect(0);
     assert!(run.stdout.contains("schema is current"), "{run:#?}");
-    let doc = idem(&["--url", &db.url, "--json", "migrate"]).expect(0).json();
+    let doc = idem(&["--url", &db.url, "--json", "migrate"])
+        .expect(0)
+        .json();
     assert_eq!(doc["changed"], false);
     assert_eq!(doc["to"], 1);
 
@@ -45,14 +50,31 @@ fn usage_errors_exit_2_and_say_what_to_pass() {
     let run = idem(&["list"]).expect(2);
     assert!(run.stderr.contains("--url"), "{run:#?}");
     let run = idem(&["--url", "mysql://127.0.0.1/x", "list"]).expect(2);
-    assert!(run.stderr.contains("unsupported store URL scheme `mysql`"), "{run:#?}");
+    assert!(
+        run.stderr.contains("unsupported store URL scheme `mysql`"),
+        "{run:#?}"
+    );
     let run = idem(&["--url", "sqlite::memory:", "show", "--digest", "abc"]).expect(2);
     assert!(run.stderr.contains("64 hex digits"), "{run:#?}");
     // clap's own usage errors use the same code.
     idem(&["--url", "sqlite::memory:", "show"]).expect(2);
     idem(&["--url", "sqlite::memory:", "purge"]).expect(2);
-    idem(&["--url", "sqlite::memory:", "list", "--older-than", "10 minutes"]).expect(2);
-    let run = idem(&["--url", "sqlite::memory:", "show", "n", "--json-key", r#"{"a":null}"#]);
+    idem(&[
+        "--url",
+        "sqlite::memory:",
+        "list",
+        "--older-than",
+        "10 minutes",
+    ])
+    .expect(2);
+    let run = idem(&[
+        "--url",
+        "sqlite::memory:",
+        "show",
+        "n",
+        "--json-key",
+        r#"{"a":null}"#,
+    ]);
     let run = run.expect(2);
     assert!(run.stderr.contains("null"), "{run:#?}");
     let run = idem(&["--url", "sqlite::memory:", "--json", "list", "--limit", "x"]).expect(2);
@@ -70,7 +92,11 @@ fn the_help_documents_the_exit_codes() {
         "4  store error",
         "5  schema missing",
     ] {
-        assert!(run.stdout.contains(line), "{line} missing from:\n{}", run.stdout);
+        assert!(
+            run.stdout.contains(line),
+            "{line} missing from:\n{}",
+            run.stdout
+        );
     }
 }
 
@@ -80,8 +106,22 @@ async fn show_list_release_purge_and_stats_on_a_file() {
     idem(&["--url", &db.url, "migrate"]).expect(0);
     let store = idem::Idem::sqlite(&db.url).await.unwrap();
     leave_stuck_claim(&store, "charges.v1", "order-1234").await;
-    complete(&store, "charges.v1", "order-1", 7, Duration::from_secs(3600)).await;
-    complete(&store, "emails.v1", "welcome-9", 1, Duration::from_secs(3600)).await;
+    complete(
+        &store,
+        "charges.v1",
+        "order-1",
+        7,
+        Duration::from_secs(3600),
+    )
+    .await;
+    complete(
+        &store,
+        "emails.v1",
+        "welcome-9",
+        1,
+        Duration::from_secs(3600),
+    )
+    .await;
     // Two results that expire at once: stored, no longer live, waiting for a purge.
     complete(&store, "emails.v1", "gone-1", 1, Duration::from_millis(1)).await;
     complete(&store, "emails.v1", "gone-2", 1, Duration::from_millis(1)).await;
@@ -114,7 +154,15 @@ async fn show_list_release_purge_and_stats_on_a_file() {
     assert_eq!(by_digest["name"], "charges.v1");
     assert!(by_digest["lease_left_ms"].as_i64().unwrap() > 3_500_000);
     assert!(by_digest["ttl_left_ms"].is_null());
-    let done = idem(&["--url", &db.url, "--json", "show", "charges.v1", "order-1", "--value"]);
+    let done = idem(&[
+        "--url",
+        &db.url,
+        "--json",
+        "show",
+        "charges.v1",
+        "order-1",
+        "--value",
+    ]);
     let done = done.expect(0).json();
     assert_eq!(done["status"], "completed");
     assert_eq!(done["value"]["ok"], 7);
@@ -125,7 +173,9 @@ async fn show_list_release_purge_and_stats_on_a_file() {
     assert_eq!(missing.json()["error"]["kind"], "not-found");
 
     // stats: counts by name and state, expired ones included.
-    let stats = idem(&["--url", &db.url, "--json", "stats"]).expect(0).json();
+    let stats = idem(&["--url", &db.url, "--json", "stats"])
+        .expect(0)
+        .json();
     assert_eq!(stats["total"]["in_progress"], 1, "{stats:#}");
     assert_eq!(stats["total"]["completed"], 2, "{stats:#}");
     assert_eq!(stats["total"]["expired"], 2, "{stats:#}");
@@ -134,17 +184,43 @@ async fn show_list_release_purge_and_stats_on_a_file() {
 
     // release: a completed result is refused without --force, and the refusal says why.
     let refused = idem(&["--url", &db.url, "release", "charges.v1", "order-1"]).expect(3);
-    assert!(refused.stderr.contains("runs the body again"), "{refused:#?}");
-    let forced = idem(&["--url", &db.url, "release", "--force", "charges.v1", "order-1"]);
+    assert!(
+        refused.stderr.contains("runs the body again"),
+        "{refused:#?}"
+    );
+    let forced = idem(&[
+        "--url",
+        &db.url,
+        "release",
+        "--force",
+        "charges.v1",
+        "order-1",
+    ]);
     let forced = forced.expect(0);
-    assert!(forced.stdout.contains("deleted the completed result"), "{forced:#?}");
-    idem(&["--url", &db.url, "release", "--force", "charges.v1", "order-1"]).expect(1);
+    assert!(
+        forced.stdout.contains("deleted the completed result"),
+        "{forced:#?}"
+    );
+    idem(&[
+        "--url",
+        &db.url,
+        "release",
+        "--force",
+        "charges.v1",
+        "order-1",
+    ])
+    .expect(1);
     complete(&store, "charges.v1", "order-1", 8, Duration::from_secs(60)).await;
 
     // purge: deletes the two expired records, in batches of one.
     let purge = idem(&["--url", &db.url, "purge", "--expired", "--batch", "1"]).expect(0);
-    assert!(purge.stdout.contains("purged 2 expired records"), "{purge:#?}");
-    let stats = idem(&["--url", &db.url, "--json", "stats"]).expect(0).json();
+    assert!(
+        purge.stdout.contains("purged 2 expired records"),
+        "{purge:#?}"
+    );
+    let stats = idem(&["--url", &db.url, "--json", "stats"])
+        .expect(0)
+        .json();
     assert_eq!(stats["total"]["expired"], 0, "{stats:#}");
     let purge = idem(&["--url", &db.url, "--json", "purge", "--expired"]).expect(0);
     assert_eq!(purge.json()["purged"], 0);
@@ -205,25 +281,50 @@ async fn json_keys_give_the_digest_of_the_typed_key() {
         .await
         .unwrap();
 
-    let json_key = r#"{"meta":{"region":"eu","vip":true},"lines":[1,2],"customer":"c-9","id":1234}"#;
+    let json_key =
+        r#"{"meta":{"region":"eu","vip":true},"lines":[1,2],"customer":"c-9","id":1234}"#;
     let found = [
         ("orders.v1", json_key, "1"),
         ("ids.v1", "77", "2"),
         ("invoices.v1", r#"[17,"2026-11"]"#, "3"),
     ];
     for (name, key, value) in found {
-        let run = idem(&["--url", &db.url, "--json", "show", name, "--json-key", key, "--value"]);
+        let run = idem(&[
+            "--url",
+            &db.url,
+            "--json",
+            "show",
+            name,
+            "--json-key",
+            key,
+            "--value",
+        ]);
         let doc = run.expect(0).json();
         assert_eq!(doc["value"]["ok"].to_string(), value, "{name} {key}");
     }
     // The string "77" is another key than the number 77.
     idem(&["--url", &db.url, "show", "ids.v1", "77"]).expect(1);
     // Scoped: found with the scope, not without.
-    idem(&["--url", &db.url, "show", "charges.v1", "order-5", "--scope", "tenant-7"]).expect(0);
+    idem(&[
+        "--url",
+        &db.url,
+        "show",
+        "charges.v1",
+        "order-5",
+        "--scope",
+        "tenant-7",
+    ])
+    .expect(0);
     let run = idem(&["--url", &db.url, "show", "charges.v1", "order-5"]).expect(1);
     assert!(run.stderr.contains("--scope"), "{run:#?}");
     idem(&[
-        "--url", &db.url, "show", "charges.v1", "order-5", "--json-scope", r#""tenant-7""#,
+        "--url",
+        &db.url,
+        "show",
+        "charges.v1",
+        "order-5",
+        "--json-scope",
+        r#""tenant-7""#,
     ])
     .expect(0);
 }

@@ -39,6 +39,35 @@ impl Default for Filter {
 }
 
 impl Filter {
+    /// Every live record, at most 100.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only namespace `name` (`None`: every namespace).
+    pub fn name(mut self, name: Option<String>) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Only records with `status` (`None`: both).
+    pub fn status(mut self, status: Option<Status>) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Only records claimed at least this long ago (`None`: any age).
+    pub fn older_than(mut self, age: Option<Duration>) -> Self {
+        self.older_than = age;
+        self
+    }
+
+    /// At most `limit` records.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
     /// True when `info` passes every condition (for stores that filter client side).
     pub fn matches(&self, info: &KeyInfo) -> bool {
         self.name.as_deref().is_none_or(|n| n == info.name)
@@ -146,7 +175,7 @@ pub trait Inspect: Store {
 
 /// Sorts and truncates a client-side listing the way the SQL stores order theirs.
 pub(crate) fn finish_listing(mut rows: Vec<KeyInfo>, filter: &Filter) -> Vec<KeyInfo> {
-    rows.sort_by(|a, b| (a.created_at, a.key).cmp(&(b.created_at, b.key)));
+    rows.sort_by_key(|r| (r.created_at, r.key));
     rows.truncate(filter.limit);
     rows
 }
@@ -209,6 +238,13 @@ pub struct Target {
     pub table: Option<String>,
     /// The Redis key prefix (default `idem`).
     pub prefix: Option<String>,
+}
+
+impl Target {
+    /// The table (SQL stores) and the key prefix (Redis); `None`: the store's default.
+    pub fn new(table: Option<String>, prefix: Option<String>) -> Self {
+        Target { table, prefix }
+    }
 }
 
 /// Why [`open`] could not give a store.
@@ -339,6 +375,80 @@ mod tests {
         assert_eq!(scheme("redis://127.0.0.1/").unwrap(), "redis");
         assert!(matches!(scheme("mysql://x"), Err(Error::Config(_))));
         assert!(matches!(scheme("idem_records"), Err(Error::Config(_))));
+    }
+
+    /// The memory store answers like the SQL ones: live records only, filters composed,
+    /// oldest first, expired ones counted apart.
+    #[tokio::test]
+    async fn memory_store_lists_and_counts() {
+        use crate::store::memory::MemoryStore;
+        use crate::store::{Claim, ClaimOutcome, Complete};
+        let store = MemoryStore::new();
+        let fp = crate::key::fingerprint_digest(b"fp");
+        for (i, (name, ttl)) in [("a", 60_000), ("a", 60_000), ("b", 1), ("c", 0)]
+            .into_iter()
+            .enumerate()
+        {
+            let key = crate::key::key_digest(name, None, &[i as u8]);
+            let claim = Claim {
+                name,
+                key: &key,
+                fingerprint: &fp,
+                lease: Duration::from_secs(60),
+            };
+            let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
+                panic!("fresh key")
+            };
+            if ttl > 0 {
+                let done = Complete {
+                    key: &key,
+                    token,
+                    value: b"abc",
+                    ttl: Duration::from_millis(ttl),
+                };
+                assert!(store.complete(done).await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        let all = store.list(&Filter::default()).await.unwrap();
+        assert_eq!(all.len(), 3, "the expired record is not listed");
+        assert!(all.windows(2).all(|w| w[0].created_at <= w[1].created_at));
+        let filter = Filter::new().name(Some("a".into()));
+        let a = store.list(&filter).await.unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].value_size, Some(3));
+        let filter = filter.limit(1);
+        assert_eq!(store.list(&filter).await.unwrap().len(), 1);
+        let filter = filter.older_than(Some(Duration::from_secs(60)));
+        assert!(store.list(&filter).await.unwrap().is_empty());
+        let filter = Filter::new().status(Some(Status::InProgress));
+        let c = store.list(&filter).await.unwrap();
+        assert_eq!(
+            (c.len(), c[0].name.as_str(), c[0].value_size),
+            (1, "c", None)
+        );
+
+        let stats = store.stats().await.unwrap();
+        let stat = |name: &str, state| Stat {
+            name: name.into(),
+            state,
+            count: 0,
+        };
+        let expect = [
+            Stat {
+                count: 2,
+                ..stat("a", State::Completed)
+            },
+            Stat {
+                count: 1,
+                ..stat("b", State::Expired)
+            },
+            Stat {
+                count: 1,
+                ..stat("c", State::InProgress)
+            },
+        ];
+        assert_eq!(stats, expect);
     }
 
     #[test]

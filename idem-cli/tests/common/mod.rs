@@ -37,7 +37,10 @@ pub fn idem(args: &[&str]) -> Run {
         .output()
         .expect("the idem binary runs");
     Run {
-        code: out.status.code().expect("idem exited by itself, not by a signal"),
+        code: out
+            .status
+            .code()
+            .expect("idem exited by itself, not by a signal"),
         stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
         stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
     }
@@ -73,7 +76,9 @@ pub async fn leave_stuck_claim(idem: &idem::Idem, name: &'static str, key: &str)
             Ok::<u32, idem::Error>(0)
         });
     let task = tokio::spawn(call);
-    started.await.expect("the body started, so the key is claimed");
+    started
+        .await
+        .expect("the body started, so the key is claimed");
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
 }

@@ -333,11 +333,12 @@ impl crate::admin::Inspect for MemoryStore {
     }
 
     fn stats(&self) -> BoxFuture<'_, Result<Vec<crate::admin::Stat>, Error>> {
-        let counts = crate::admin::count_states(
-            self.records()
-                .into_iter()
-                .map(|r| (r.name, crate::admin::State::of(r.status, r.expires_at, r.now))),
-        );
+        let counts = crate::admin::count_states(self.records().into_iter().map(|r| {
+            (
+                r.name,
+                crate::admin::State::of(r.status, r.expires_at, r.now),
+            )
+        }));
         Box::pin(std::future::ready(Ok(counts)))
     }
 }

@@ -29,7 +29,14 @@ pub(crate) async fn open_existing(
     let (_, mut conn) = connect_one(url, &options).await?;
     let found = schema::current_version(&mut conn, &t).await;
     let _ = conn.close().await;
-    let found = found?;
+    // The version check is part of opening here, not of a migration.
+    let found = found.map_err(|e| match e {
+        Error::Store(mut s) => {
+            s.op = "open";
+            Error::Store(s)
+        }
+        e => e,
+    })?;
     if found < SCHEMA_VERSION {
         let what = if found == 0 {
             format!("the PostgreSQL database has no idem table {}", t.display)
@@ -93,7 +100,11 @@ impl Inspect for PostgresStore {
                     Ok(KeyInfo {
                         key: digest_of("list", "key", row.try_get(0).map_err(get)?)?,
                         name: row.try_get(1).map_err(get)?,
-                        fingerprint: digest_of("list", "fingerprint", row.try_get(2).map_err(get)?)?,
+                        fingerprint: digest_of(
+                            "list",
+                            "fingerprint",
+                            row.try_get(2).map_err(get)?,
+                        )?,
                         token: token as u64,
                         status: Status::from_i16(status).ok_or_else(|| {
                             Error::store("postgres", "list", format!("unknown status {status}"))

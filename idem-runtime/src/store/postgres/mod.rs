@@ -486,7 +486,6 @@ impl PostgresStore {
         Ok(Self::assemble(pool, table, &options))
     }
 
-
     /// A store on the caller's pool (its settings are the caller's; the pool options of
     /// `options` are ignored). The schema is created or upgraded as `options` says.
     pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<PostgresStore, Error> {
