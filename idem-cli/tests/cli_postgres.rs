@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{complete, idem, leave_stuck_claim, unique};
+use common::{complete, idem, leave_stuck_claim, unique, Cli};
 use idem::postgres::sqlx::{self, PgPool};
 use idem::postgres::{PostgresOptions, PostgresStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +54,7 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     let Some(url) = url() else { return };
     let table = Table::new(&url).await;
     let t = table.name.as_str();
+    let cli = Cli::new(&url).with("--table", t);
     let app = open(&url, t).await;
     leave_stuck_claim(&app, "charges.v1", "order-1234").await;
     complete(
@@ -67,18 +68,9 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     let digest = idem::testkit::digest("charges.v1", "order-1234").to_hex();
 
     // 1. What is stuck in charges.v1?
-    let list = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "list",
-        "--status",
-        "in-progress",
-        "--name",
-        "charges.v1",
-    ])
-    .expect(0);
+    let list = cli
+        .run(&["list", "--status", "in-progress", "--name", "charges.v1"])
+        .expect(0);
     let lines: Vec<&str> = list.stdout.lines().collect();
     assert_eq!(
         lines.len(),
@@ -90,17 +82,14 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     assert!(lines[1].starts_with("charges.v1"), "{}", lines[1]);
     assert!(lines[1].contains("in-progress") && lines[1].contains(&digest));
 
+    // Claimed just now: not older than ten minutes.
+    let old = cli
+        .run(&["--json", "list", "--older-than", "10m"])
+        .expect(0);
+    assert_eq!(old.json().as_array().unwrap().len(), 0);
+
     // 2. Is it order 1234, and why is it stuck?
-    let show = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "show",
-        "charges.v1",
-        "order-1234",
-    ])
-    .expect(0);
+    let show = cli.run(&["show", "charges.v1", "order-1234"]).expect(0);
     assert!(
         show.stdout.contains(&format!("digest       {digest}")),
         "{show:#?}"
@@ -112,16 +101,7 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     assert!(show.stdout.contains("lease left   59m"), "{show:#?}");
     assert!(show.stdout.contains("has not finished"), "{show:#?}");
     assert!(show.stdout.contains("idem release --force"), "{show:#?}");
-    let doc = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "--json",
-        "show",
-        "charges.v1",
-        "order-1234",
-    ]);
+    let doc = cli.run(&["--json", "show", "charges.v1", "order-1234"]);
     let doc = doc.expect(0).json();
     assert_eq!(doc["status"], "in-progress");
     assert!(
@@ -143,15 +123,7 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     );
 
     // 3. Release without --force: refused, nothing changed.
-    let refused = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "release",
-        "charges.v1",
-        "order-1234",
-    ]);
+    let refused = cli.run(&["release", "charges.v1", "order-1234"]);
     let refused = refused.expect(3);
     assert!(refused.stderr.contains("refused"), "{refused:#?}");
     assert!(refused.stderr.contains("--force"), "{refused:#?}");
@@ -159,45 +131,19 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
         refused.stderr.contains("Nothing was changed"),
         "{refused:#?}"
     );
-    idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "show",
-        "charges.v1",
-        "order-1234",
-    ])
-    .expect(0);
+    cli.run(&["show", "charges.v1", "order-1234"]).expect(0);
 
     // 4. With --force: done, and it says what it deleted.
-    let released = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "release",
-        "--force",
-        "charges.v1",
-        "order-1234",
-    ])
-    .expect(0);
+    let released = cli
+        .run(&["release", "--force", "charges.v1", "order-1234"])
+        .expect(0);
     assert!(
         released
             .stdout
             .contains("released charges.v1 order-1234: deleted the in-progress claim"),
         "{released:#?}"
     );
-    idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "show",
-        "charges.v1",
-        "order-1234",
-    ])
-    .expect(1);
+    cli.run(&["show", "charges.v1", "order-1234"]).expect(1);
 
     // 5. The retry now runs the charge, once.
     let runs = Arc::new(AtomicUsize::new(0));
@@ -213,19 +159,10 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
         .expect("the retry runs");
     assert!(!out.is_replayed());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let doc = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "--json",
-        "show",
-        "charges.v1",
-        "order-1234",
-        "--value",
-    ])
-    .expect(0)
-    .json();
+    let doc = cli
+        .run(&["--json", "show", "charges.v1", "order-1234", "--value"])
+        .expect(0)
+        .json();
     assert_eq!(doc["status"], "completed");
     assert_eq!(doc["value"]["ok"], 42);
     table.drop_all().await;
@@ -236,14 +173,13 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it() {
     let Some(url) = url() else { return };
     let table = Table::new(&url).await;
     let t = table.name.as_str();
+    let cli = Cli::new(&url).with("--table", t);
     for cmd in [
         &["show", "charges.v1", "order-1"][..],
         &["list"],
         &["stats"],
     ] {
-        let mut args = vec!["--url", url.as_str(), "--table", t];
-        args.extend_from_slice(cmd);
-        let run = idem(&args).expect(5);
+        let run = cli.run(cmd).expect(5);
         assert!(
             run.stderr.contains(&format!("no idem table {t}")),
             "{run:#?}"
@@ -258,17 +194,17 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it() {
         .unwrap();
     assert!(!exists);
 
-    let run = idem(&["--url", &url, "--table", t, "migrate"]).expect(0);
+    let run = cli.run(&["migrate"]).expect(0);
     assert!(
         run.stdout.contains("created the schema (version 2)"),
         "{run:#?}"
     );
-    let run = idem(&["--url", &url, "--table", t, "migrate"]).expect(0);
+    let run = cli.run(&["migrate"]).expect(0);
     assert!(
         run.stdout.contains("schema is current (version 2)"),
         "{run:#?}"
     );
-    idem(&["--url", &url, "--table", t, "stats"]).expect(0);
+    cli.run(&["stats"]).expect(0);
     table.drop_all().await;
 }
 
@@ -277,6 +213,7 @@ async fn connection_and_permission_errors_say_what_to_do() {
     let Some(url) = url() else { return };
     let table = Table::new(&url).await;
     let t = table.name.as_str();
+    let cli = Cli::new(&url).with("--table", t);
     let app = open(&url, t).await;
     complete(&app, "charges.v1", "order-1", 1, Duration::from_secs(600)).await;
 
@@ -290,7 +227,8 @@ async fn connection_and_permission_errors_say_what_to_do() {
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     let as_role = format!("{scheme}://{role}@{host}");
 
-    let run = idem(&["--url", &as_role, "--table", t, "list"]).expect(4);
+    let as_role = Cli::new(&as_role).with("--table", t);
+    let run = as_role.run(&["list"]).expect(4);
     assert!(run.stderr.contains("permission denied"), "{run:#?}");
     assert!(
         run.stderr.contains("needs the SELECT privilege"),
@@ -308,40 +246,26 @@ async fn connection_and_permission_errors_say_what_to_do() {
     ] {
         sqlx::query(&grant).execute(&table.admin).await.unwrap();
     }
-    let list = idem(&["--url", &as_role, "--table", t, "--json", "list"]).expect(0);
+    let list = as_role.run(&["--json", "list"]).expect(0);
     assert_eq!(list.json().as_array().unwrap().len(), 1);
-    let run = idem(&[
-        "--url",
-        &as_role,
-        "--table",
-        t,
-        "release",
-        "--force",
-        "charges.v1",
-        "order-1",
-    ])
-    .expect(4);
+    let run = as_role
+        .run(&["release", "--force", "charges.v1", "order-1"])
+        .expect(4);
     assert!(
         run.stderr.contains("needs the SELECT and DELETE privilege"),
         "{run:#?}"
     );
     assert!(run.stderr.contains("GRANT SELECT, DELETE ON"), "{run:#?}");
-    idem(&["--url", &url, "--table", t, "show", "charges.v1", "order-1"]).expect(0);
+    cli.run(&["show", "charges.v1", "order-1"]).expect(0);
 
     // A server that is not there: exit 4, the address, and no password in the message.
     let run = idem(&["--url", "postgres://app:s3cret@127.0.0.1:1/db", "list"]).expect(4);
     assert!(run.stderr.contains("cannot reach the server"), "{run:#?}");
     assert!(!run.stderr.contains("s3cret"), "{run:#?}");
     // A database that does not exist.
-    let run = idem(&[
-        "--url",
-        &format!(
-            "{scheme}://{}",
-            rest.rsplit_once('/').unwrap().0.to_string() + "/no_such_db_idem"
-        ),
-        "list",
-    ]);
-    let run = run.expect(4);
+    let (server, _) = rest.rsplit_once('/').unwrap();
+    let no_db = format!("{scheme}://{server}/no_such_db_idem");
+    let run = Cli::new(&no_db).run(&["list"]).expect(4);
     assert!(run.stderr.contains("does not exist"), "{run:#?}");
 
     table.drop_all().await;
@@ -356,6 +280,7 @@ async fn stats_count_and_purge_deletes_expired_records() {
     let Some(url) = url() else { return };
     let table = Table::new(&url).await;
     let t = table.name.as_str();
+    let cli = Cli::new(&url).with("--table", t);
     let app = open(&url, t).await;
     for i in 0..5 {
         complete(
@@ -371,9 +296,7 @@ async fn stats_count_and_purge_deletes_expired_records() {
     leave_stuck_claim(&app, "charges.v1", "order-9").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let stats = idem(&["--url", &url, "--table", t, "--json", "stats"])
-        .expect(0)
-        .json();
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
     let names = stats["names"].as_array().unwrap();
     assert_eq!(names.len(), 2, "{stats:#}");
     assert_eq!(names[0]["name"], "charges.v1");
@@ -381,27 +304,16 @@ async fn stats_count_and_purge_deletes_expired_records() {
     assert_eq!(names[1]["name"], "emails.v1");
     assert_eq!(names[1]["completed"], 1);
     assert_eq!(names[1]["expired"], 5);
-    let text = idem(&["--url", &url, "--table", t, "stats"]).expect(0);
+    let text = cli.run(&["stats"]).expect(0);
     let total = text.stdout.lines().last().unwrap().to_string();
     assert_eq!(
         total.split_whitespace().collect::<Vec<_>>(),
         ["(total)", "1", "1", "5"]
     );
 
-    let purge = idem(&[
-        "--url",
-        &url,
-        "--table",
-        t,
-        "purge",
-        "--expired",
-        "--batch",
-        "2",
-    ]);
+    let purge = cli.run(&["purge", "--expired", "--batch", "2"]);
     assert!(purge.expect(0).stdout.contains("purged 5 expired records"));
-    let stats = idem(&["--url", &url, "--table", t, "--json", "stats"])
-        .expect(0)
-        .json();
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
     assert_eq!(stats["total"]["expired"], 0, "{stats:#}");
     assert_eq!(stats["total"]["completed"], 1, "{stats:#}");
     table.drop_all().await;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{complete, idem, leave_stuck_claim, unique};
+use common::{complete, idem, leave_stuck_claim, unique, Cli};
 use idem::store::redis::RedisStore;
 use std::time::Duration;
 
@@ -22,15 +22,8 @@ async fn list_show_release_stats_and_purge_on_redis() {
     leave_stuck_claim(&app, "charges.v1", "order-1234").await;
     complete(&app, "charges.v1", "order-1", 3, Duration::from_secs(600)).await;
     complete(&app, "emails.v1", "welcome-1", 4, Duration::from_secs(600)).await;
-    let args = |rest: &[&str]| {
-        let mut a = vec!["--url", url.as_str(), "--prefix", prefix.as_str()];
-        a.extend_from_slice(rest);
-        a.into_iter().map(String::from).collect::<Vec<_>>()
-    };
-    let run = |rest: &[&str]| {
-        let a = args(rest);
-        idem(&a.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let cli = Cli::new(&url).with("--prefix", &prefix);
+    let run = |rest: &[&str]| cli.run(rest);
     let digest = idem::testkit::digest("charges.v1", "order-1234").to_hex();
 
     let stuck = run(&["list", "--status", "in-progress", "--name", "charges.v1"]).expect(0);
@@ -44,14 +37,8 @@ async fn list_show_release_stats_and_purge_on_redis() {
     assert_eq!(completed.as_array().unwrap().len(), 2, "{completed:#}");
     assert!(completed[0]["value_size"].as_u64().unwrap() >= 3);
     // Another prefix on the same server sees none of these.
-    let other = idem(&[
-        "--url",
-        &url,
-        "--prefix",
-        &unique("idemcli"),
-        "--json",
-        "list",
-    ]);
+    let elsewhere = Cli::new(&url).with("--prefix", &unique("idemcli"));
+    let other = elsewhere.run(&["--json", "list"]);
     assert_eq!(other.expect(0).json().as_array().unwrap().len(), 0);
 
     let show = run(&["--json", "show", "charges.v1", "order-1234"])

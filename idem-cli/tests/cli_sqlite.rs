@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{complete, idem, leave_stuck_claim};
+use common::{complete, idem, leave_stuck_claim, Cli};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -21,32 +21,32 @@ fn db() -> Db {
 #[test]
 fn a_missing_database_says_run_migrate_and_migrate_creates_it_once() {
     let db = db();
-    let run = idem(&["--url", &db.url, "show", "charges.v1", "order-1"]).expect(5);
+    let cli = Cli::new(&db.url);
+    let run = cli.run(&["show", "charges.v1", "order-1"]).expect(5);
     assert!(run.stderr.contains("idem migrate"), "{run:#?}");
     assert!(run.stderr.contains("no SQLite database file"), "{run:#?}");
-    idem(&["--url", &db.url, "list"]).expect(5);
+    cli.run(&["list"]).expect(5);
 
-    let run = idem(&["--url", &db.url, "migrate"]).expect(0);
+    let run = cli.run(&["migrate"]).expect(0);
     assert!(
         run.stdout.contains("created the schema (version 1)"),
         "{run:#?}"
     );
-    let run = idem(&["--url", &db.url, "migrate"]).expect(0);
+    let run = cli.run(&["migrate"]).expect(0);
     assert!(run.stdout.contains("schema is current"), "{run:#?}");
-    let doc = idem(&["--url", &db.url, "--json", "migrate"])
-        .expect(0)
-        .json();
+    let doc = cli.run(&["--json", "migrate"]).expect(0).json();
     assert_eq!(doc["changed"], false);
     assert_eq!(doc["to"], 1);
 
     // A database file that exists but has no idem table is "not migrated" too.
-    let other = idem(&["--url", &db.url, "--table", "other_keys", "stats"]).expect(5);
+    let other = cli.run(&["--table", "other_keys", "stats"]).expect(5);
     assert!(other.stderr.contains("`other_keys`"), "{other:#?}");
     assert!(other.stderr.contains("idem migrate"), "{other:#?}");
 }
 
 #[test]
 fn usage_errors_exit_2_and_say_what_to_pass() {
+    let mem = Cli::new("sqlite::memory:");
     let run = idem(&["list"]).expect(2);
     assert!(run.stderr.contains("--url"), "{run:#?}");
     let run = idem(&["--url", "mysql://127.0.0.1/x", "list"]).expect(2);
@@ -54,30 +54,16 @@ fn usage_errors_exit_2_and_say_what_to_pass() {
         run.stderr.contains("unsupported store URL scheme `mysql`"),
         "{run:#?}"
     );
-    let run = idem(&["--url", "sqlite::memory:", "show", "--digest", "abc"]).expect(2);
+    let run = mem.run(&["show", "--digest", "abc"]).expect(2);
     assert!(run.stderr.contains("64 hex digits"), "{run:#?}");
     // clap's own usage errors use the same code.
-    idem(&["--url", "sqlite::memory:", "show"]).expect(2);
-    idem(&["--url", "sqlite::memory:", "purge"]).expect(2);
-    idem(&[
-        "--url",
-        "sqlite::memory:",
-        "list",
-        "--older-than",
-        "10 minutes",
-    ])
-    .expect(2);
-    let run = idem(&[
-        "--url",
-        "sqlite::memory:",
-        "show",
-        "n",
-        "--json-key",
-        r#"{"a":null}"#,
-    ]);
+    mem.run(&["show"]).expect(2);
+    mem.run(&["purge"]).expect(2);
+    mem.run(&["list", "--older-than", "10 minutes"]).expect(2);
+    let run = mem.run(&["show", "n", "--json-key", r#"{"a":null}"#]);
     let run = run.expect(2);
     assert!(run.stderr.contains("null"), "{run:#?}");
-    let run = idem(&["--url", "sqlite::memory:", "--json", "list", "--limit", "x"]).expect(2);
+    let run = mem.run(&["--json", "list", "--limit", "x"]).expect(2);
     assert!(run.stderr.contains("--limit"), "{run:#?}");
 }
 
@@ -103,7 +89,8 @@ fn the_help_documents_the_exit_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_list_release_purge_and_stats_on_a_file() {
     let db = db();
-    idem(&["--url", &db.url, "migrate"]).expect(0);
+    let cli = Cli::new(&db.url);
+    cli.run(&["migrate"]).expect(0);
     let store = idem::Idem::sqlite(&db.url).await.unwrap();
     leave_stuck_claim(&store, "charges.v1", "order-1234").await;
     complete(
@@ -128,101 +115,81 @@ async fn show_list_release_purge_and_stats_on_a_file() {
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     // list: live records only, filters compose, oldest claim first.
-    let all = idem(&["--url", &db.url, "--json", "list"]).expect(0).json();
+    let all = cli.run(&["--json", "list"]).expect(0).json();
     assert_eq!(all.as_array().unwrap().len(), 3, "{all:#}");
     assert_eq!(all[0]["status"], "in-progress");
-    let stuck = idem(&["--url", &db.url, "list", "--status", "in-progress"]).expect(0);
+    let stuck = cli.run(&["list", "--status", "in-progress"]).expect(0);
     let digest = idem::testkit::digest("charges.v1", "order-1234").to_hex();
     assert!(stuck.stdout.contains(&digest), "{stuck:#?}");
     assert!(stuck.stdout.starts_with("NAME"), "{stuck:#?}");
     assert_eq!(stuck.stdout.lines().count(), 2, "{stuck:#?}");
-    let emails = idem(&["--url", &db.url, "--json", "list", "--name", "emails.v1"]).expect(0);
+    let emails = cli
+        .run(&["--json", "list", "--name", "emails.v1"])
+        .expect(0);
     let emails = emails.json();
     assert_eq!(emails.as_array().unwrap().len(), 1);
     assert_eq!(emails[0]["value_size"].as_u64().unwrap(), 3, "b\"\\x01o1\"");
-    let old = idem(&["--url", &db.url, "--json", "list", "--older-than", "1h"]).expect(0);
+    let old = cli.run(&["--json", "list", "--older-than", "1h"]).expect(0);
     assert_eq!(old.json().as_array().unwrap().len(), 0);
-    let limited = idem(&["--url", &db.url, "list", "--limit", "1"]).expect(0);
+    let limited = cli.run(&["list", "--limit", "1"]).expect(0);
     assert!(limited.stdout.contains("raise --limit"), "{limited:#?}");
 
     // show, by name and key or by digest.
-    let show = idem(&["--url", &db.url, "show", "charges.v1", "order-1234"]).expect(0);
+    let show = cli.run(&["show", "charges.v1", "order-1234"]).expect(0);
     assert!(show.stdout.contains("in-progress"), "{show:#?}");
     assert!(show.stdout.contains("lease left   59m"), "{show:#?}");
-    let by_digest = idem(&["--url", &db.url, "--json", "show", "--digest", &digest]).expect(0);
+    let by_digest = cli.run(&["--json", "show", "--digest", &digest]).expect(0);
     let by_digest = by_digest.json();
     assert_eq!(by_digest["name"], "charges.v1");
     assert!(by_digest["lease_left_ms"].as_i64().unwrap() > 3_500_000);
     assert!(by_digest["ttl_left_ms"].is_null());
-    let done = idem(&[
-        "--url",
-        &db.url,
-        "--json",
-        "show",
-        "charges.v1",
-        "order-1",
-        "--value",
-    ]);
+    let done = cli.run(&["--json", "show", "charges.v1", "order-1", "--value"]);
     let done = done.expect(0).json();
     assert_eq!(done["status"], "completed");
     assert_eq!(done["value"]["ok"], 7);
     assert_eq!(done["value_size"], 3);
-    let text = idem(&["--url", &db.url, "show", "charges.v1", "order-1", "--value"]).expect(0);
+    let text = cli
+        .run(&["show", "charges.v1", "order-1", "--value"])
+        .expect(0);
     assert!(text.stdout.contains("Ok(7)"), "{text:#?}");
-    let missing = idem(&["--url", &db.url, "--json", "show", "charges.v1", "order-2"]).expect(1);
+    let missing = cli
+        .run(&["--json", "show", "charges.v1", "order-2"])
+        .expect(1);
     assert_eq!(missing.json()["error"]["kind"], "not-found");
 
     // stats: counts by name and state, expired ones included.
-    let stats = idem(&["--url", &db.url, "--json", "stats"])
-        .expect(0)
-        .json();
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
     assert_eq!(stats["total"]["in_progress"], 1, "{stats:#}");
     assert_eq!(stats["total"]["completed"], 2, "{stats:#}");
     assert_eq!(stats["total"]["expired"], 2, "{stats:#}");
-    let table = idem(&["--url", &db.url, "stats"]).expect(0);
+    let table = cli.run(&["stats"]).expect(0);
     assert!(table.stdout.contains("emails.v1"), "{table:#?}");
 
     // release: a completed result is refused without --force, and the refusal says why.
-    let refused = idem(&["--url", &db.url, "release", "charges.v1", "order-1"]).expect(3);
+    let refused = cli.run(&["release", "charges.v1", "order-1"]).expect(3);
     assert!(
         refused.stderr.contains("runs the body again"),
         "{refused:#?}"
     );
-    let forced = idem(&[
-        "--url",
-        &db.url,
-        "release",
-        "--force",
-        "charges.v1",
-        "order-1",
-    ]);
+    let forced = cli.run(&["release", "--force", "charges.v1", "order-1"]);
     let forced = forced.expect(0);
     assert!(
         forced.stdout.contains("deleted the completed result"),
         "{forced:#?}"
     );
-    idem(&[
-        "--url",
-        &db.url,
-        "release",
-        "--force",
-        "charges.v1",
-        "order-1",
-    ])
-    .expect(1);
+    cli.run(&["release", "--force", "charges.v1", "order-1"])
+        .expect(1);
     complete(&store, "charges.v1", "order-1", 8, Duration::from_secs(60)).await;
 
     // purge: deletes the two expired records, in batches of one.
-    let purge = idem(&["--url", &db.url, "purge", "--expired", "--batch", "1"]).expect(0);
+    let purge = cli.run(&["purge", "--expired", "--batch", "1"]).expect(0);
     assert!(
         purge.stdout.contains("purged 2 expired records"),
         "{purge:#?}"
     );
-    let stats = idem(&["--url", &db.url, "--json", "stats"])
-        .expect(0)
-        .json();
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
     assert_eq!(stats["total"]["expired"], 0, "{stats:#}");
-    let purge = idem(&["--url", &db.url, "--json", "purge", "--expired"]).expect(0);
+    let purge = cli.run(&["--json", "purge", "--expired"]).expect(0);
     assert_eq!(purge.json()["purged"], 0);
 }
 
@@ -248,6 +215,7 @@ struct OrderId(u64);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_keys_give_the_digest_of_the_typed_key() {
     let db = db();
+    let cli = Cli::new(&db.url);
     let store = idem::Idem::sqlite(&db.url).await.unwrap();
     let order = Order {
         id: 1234,
@@ -289,37 +257,18 @@ async fn json_keys_give_the_digest_of_the_typed_key() {
         ("invoices.v1", r#"[17,"2026-11"]"#, "3"),
     ];
     for (name, key, value) in found {
-        let run = idem(&[
-            "--url",
-            &db.url,
-            "--json",
-            "show",
-            name,
-            "--json-key",
-            key,
-            "--value",
-        ]);
+        let run = cli.run(&["--json", "show", name, "--json-key", key, "--value"]);
         let doc = run.expect(0).json();
         assert_eq!(doc["value"]["ok"].to_string(), value, "{name} {key}");
     }
     // The string "77" is another key than the number 77.
-    idem(&["--url", &db.url, "show", "ids.v1", "77"]).expect(1);
+    cli.run(&["show", "ids.v1", "77"]).expect(1);
     // Scoped: found with the scope, not without.
-    idem(&[
-        "--url",
-        &db.url,
-        "show",
-        "charges.v1",
-        "order-5",
-        "--scope",
-        "tenant-7",
-    ])
-    .expect(0);
-    let run = idem(&["--url", &db.url, "show", "charges.v1", "order-5"]).expect(1);
+    cli.run(&["show", "charges.v1", "order-5", "--scope", "tenant-7"])
+        .expect(0);
+    let run = cli.run(&["show", "charges.v1", "order-5"]).expect(1);
     assert!(run.stderr.contains("--scope"), "{run:#?}");
-    idem(&[
-        "--url",
-        &db.url,
+    cli.run(&[
         "show",
         "charges.v1",
         "order-5",

@@ -46,6 +46,34 @@ pub fn idem(args: &[&str]) -> Run {
     }
 }
 
+/// The tool pointed at one store: the flags every command of a test repeats.
+pub struct Cli {
+    flags: Vec<String>,
+}
+
+impl Cli {
+    /// `--url url`.
+    pub fn new(url: &str) -> Cli {
+        Cli {
+            flags: vec!["--url".into(), url.into()],
+        }
+    }
+
+    /// One more flag and its value (`--table t`, `--prefix p`).
+    pub fn with(mut self, flag: &str, value: &str) -> Cli {
+        self.flags.push(flag.into());
+        self.flags.push(value.into());
+        self
+    }
+
+    /// Runs `idem <flags> <rest>`.
+    pub fn run(&self, rest: &[&str]) -> Run {
+        let mut args: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+        args.extend_from_slice(rest);
+        idem(&args)
+    }
+}
+
 /// A name no other test, process or run uses.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);

@@ -601,3 +601,36 @@ impl crate::admin::Inspect for SqliteStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `migrate_on_open`, nothing is created: a missing file is an error, and so is a
+    /// file without the schema; after a migration the same options open it.
+    #[tokio::test]
+    async fn open_without_migrating_creates_nothing() {
+        let path = std::env::temp_dir().join(format!(
+            "idem-nomigrate-{}-{}.db",
+            std::process::id(),
+            local_now_ms()
+        ));
+        let url = format!("sqlite://{}", path.display());
+        let strict = || SqliteStore::options(&url).migrate_on_open(false);
+        assert!(matches!(strict().open().await, Err(Error::Store(_))));
+        assert!(!path.exists());
+        let plain = SqliteStore::options(&url).connect().await.unwrap();
+        drop(plain);
+        match strict().open().await {
+            Err(Error::Config(m)) => assert!(m.contains("idem migrate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let m = migrate_url(&url, None).await.unwrap();
+        assert_eq!((m.from, m.to), (0, SCHEMA_VERSION));
+        strict().open().await.unwrap();
+        assert_eq!(migrate_url(&url, None).await.unwrap().from, SCHEMA_VERSION);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}
