@@ -158,7 +158,20 @@ const STORE: u8 = 4;
 const SCHEMA: u8 = 5;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` are not errors; a usage error still owes a script its
+            // JSON document.
+            if e.use_stderr() && std::env::args().any(|a| a == "--json") {
+                let message = e.kind().to_string();
+                let doc =
+                    json!({"error": {"exit_code": USAGE, "kind": "usage", "message": message}});
+                println!("{doc}");
+            }
+            e.exit()
+        }
+    };
     let json = cli.json;
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -385,7 +398,13 @@ fn digest_of(k: &KeyArgs) -> Result<(Digest, String), Failure> {
     let (key, key_label) = match (&k.key, &k.json_key) {
         (_, Some(j)) => (json_value("--json-key", j)?, j.clone()),
         (Some(s), None) => (encode(&s.as_str())?, s.clone()),
-        (None, None) => unreachable!("clap requires KEY, --json-key or --digest"),
+        (None, None) => {
+            return Err(Failure::new(
+                USAGE,
+                "usage",
+                "give the key: KEY, --json-key JSON or --digest HEX",
+            ))
+        }
     };
     let scope = match (&k.scope, &k.json_scope) {
         (Some(s), _) => Some(encode(&s.as_str())?),

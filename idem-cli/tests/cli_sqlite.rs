@@ -64,6 +64,7 @@ fn usage_errors_exit_2_and_say_what_to_pass() {
     let run = run.expect(2);
     assert!(run.stderr.contains("null"), "{run:#?}");
     let run = mem.run(&["--json", "list", "--limit", "x"]).expect(2);
+    assert_eq!(run.json()["error"]["kind"], "usage", "{run:#?}");
     assert!(run.stderr.contains("--limit"), "{run:#?}");
 }
 
