@@ -123,16 +123,7 @@ impl Idem {
     /// Deletes every record that is no longer live, in batches of `batch` (each batch one
     /// bounded operation, so concurrent calls are never blocked for long). Returns how many.
     pub async fn purge_expired(&self, batch: usize) -> Result<u64, Error> {
-        let batch = batch.max(1);
-        let mut total = 0;
-        loop {
-            let n = self.store().purge_expired(batch).await?;
-            total += n;
-            if (n as usize) < batch {
-                return Ok(total);
-            }
-            tokio::task::yield_now().await;
-        }
+        crate::admin::purge_expired(self.store(), batch, |_| {}).await
     }
 
     /// Spawns a background task that purges expired records every `every` until the returned

@@ -4,6 +4,7 @@
 //! `#[idempotent]` attribute. See the repository README for the guide.
 #![warn(missing_docs)]
 
+pub mod admin;
 mod call;
 mod codec;
 mod context;

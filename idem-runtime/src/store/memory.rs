@@ -315,3 +315,30 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(out)))
     }
 }
+
+impl crate::admin::Inspect for MemoryStore {
+    fn list<'a>(
+        &'a self,
+        filter: &'a crate::admin::Filter,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::KeyInfo>, Error>> {
+        let rows = self
+            .records()
+            .iter()
+            .map(crate::admin::KeyInfo::from)
+            .filter(|r| filter.matches(r))
+            .collect();
+        Box::pin(std::future::ready(Ok(crate::admin::finish_listing(
+            rows, filter,
+        ))))
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<crate::admin::Stat>, Error>> {
+        let counts = crate::admin::count_states(self.records().into_iter().map(|r| {
+            (
+                r.name,
+                crate::admin::State::of(r.status, r.expires_at, r.now),
+            )
+        }));
+        Box::pin(std::future::ready(Ok(counts)))
+    }
+}

@@ -68,6 +68,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+mod inspect;
+
 const BACKEND: &str = "redis";
 
 /// The largest lease or TTL a script is given: about 300 years, so that `now + ttl` stays an

@@ -34,6 +34,7 @@ pub struct SqliteOptions {
     busy_timeout: Duration,
     synchronous: SqliteSynchronous,
     max_connections: u32,
+    migrate_on_open: bool,
 }
 
 /// The SQLite store behind [`crate::Idem::sqlite`].
@@ -58,6 +59,8 @@ struct Statements {
     renew: String,
     purge: String,
     force_release: String,
+    list: String,
+    stats: String,
 }
 
 impl Statements {
@@ -88,6 +91,18 @@ impl Statements {
                  (SELECT key FROM {t} WHERE expires_at <= ?1 LIMIT ?2)"
             ),
             force_release: format!("DELETE FROM {t} WHERE key = ?1 RETURNING {COLUMNS}"),
+            // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
+            // value itself is left out (it may be large); its length is what a listing shows.
+            list: format!(
+                "SELECT key, name, fingerprint, token, status, NULL AS value, \
+                 length(value) AS size, created_at, expires_at FROM {t} \
+                 WHERE expires_at > ?1 AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
+                 AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
+            ),
+            stats: format!(
+                "SELECT name, CASE WHEN expires_at <= ?1 THEN 2 ELSE status END AS state, \
+                 count(*) AS n FROM {t} GROUP BY name, state ORDER BY name, state"
+            ),
         }
     }
 }
@@ -130,8 +145,31 @@ impl SqliteOptions {
         self
     }
 
-    /// Opens the database, creating a missing file and the schema.
+    /// Create the file and the schema when missing (default `true`). With `false`, a missing
+    /// file is an error and so is a schema that is not current (`Error::Config`): for tools
+    /// that must not create a database by mistake.
+    pub fn migrate_on_open(mut self, yes: bool) -> Self {
+        self.migrate_on_open = yes;
+        self
+    }
+
+    /// Opens the database, creating a missing file and the schema (unless
+    /// [`migrate_on_open`](Self::migrate_on_open) is off).
     pub async fn open(self) -> Result<SqliteStore, Error> {
+        let store = self.connect().await?;
+        if self.migrate_on_open {
+            store.migrate(&self.table).await?;
+        } else {
+            let v = store.schema_version(&self.table).await?;
+            if v != SCHEMA_VERSION {
+                return Err(Error::Config(not_migrated(&self.table, v)));
+            }
+        }
+        Ok(store)
+    }
+
+    /// Opens the pool without any DDL.
+    async fn connect(&self) -> Result<SqliteStore, Error> {
         if !valid_identifier(&self.table) {
             return Err(Error::Config(format!(
                 "SQLite table name `{}` is not a plain identifier (letters, digits, `_`)",
@@ -142,7 +180,7 @@ impl SqliteOptions {
             .map_err(|e| Error::Config(format!("`{}` is not a SQLite URL: {e}", self.url)))?;
         let in_memory = self.url.contains(":memory:") || self.url.contains("mode=memory");
         let connect = connect
-            .create_if_missing(true)
+            .create_if_missing(self.migrate_on_open)
             .busy_timeout(self.busy_timeout)
             .synchronous(self.synchronous);
         let open_err = |e: sqlx::Error| {
@@ -178,13 +216,11 @@ impl SqliteOptions {
             )
         };
         let pool = pool.connect_with(connect).await.map_err(open_err)?;
-        let store = SqliteStore {
+        Ok(SqliteStore {
             pool,
             sql: Statements::new(&self.table),
             _keeper: keeper,
-        };
-        store.migrate(&self.table).await?;
-        Ok(store)
+        })
     }
 }
 
@@ -202,6 +238,7 @@ impl SqliteStore {
             busy_timeout: Duration::from_secs(5),
             synchronous: SqliteSynchronous::Full,
             max_connections: 4,
+            migrate_on_open: true,
         }
     }
 
@@ -210,7 +247,8 @@ impl SqliteStore {
         &self.pool
     }
 
-    async fn migrate(&self, t: &str) -> Result<(), Error> {
+    /// Creates or upgrades the schema; returns the version found before (0: none).
+    async fn migrate(&self, t: &str) -> Result<i64, Error> {
         let mut tx = self.pool.begin().await.map_err(err("migrate"))?;
         let ddl = [
             format!(
@@ -249,7 +287,29 @@ impl SqliteStore {
             }
             Some(_) => {}
         }
-        tx.commit().await.map_err(err("migrate"))
+        tx.commit().await.map_err(err("migrate"))?;
+        Ok(version.unwrap_or(0))
+    }
+
+    /// The schema version of table `t` (0 when the table or its version table is missing);
+    /// creates nothing.
+    async fn schema_version(&self, t: &str) -> Result<i64, Error> {
+        let tables: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2)",
+        )
+        .bind(t)
+        .bind(format!("{t}_schema"))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(err("open"))?;
+        if tables < 2 {
+            return Ok(0);
+        }
+        let v: Option<i64> = sqlx::query_scalar(&format!("SELECT max(version) FROM {t}_schema"))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("open"))?;
+        Ok(v.unwrap_or(0))
     }
 
     async fn select(&self, key: &Digest, now: i64) -> Result<Option<Record>, Error> {
@@ -412,5 +472,165 @@ impl Store for SqliteStore {
                 .map_err(err("force_release"))?;
             row.map(|r| record(key, &r, now)).transpose()
         })
+    }
+}
+
+fn not_migrated(t: &str, found: i64) -> String {
+    if found == 0 {
+        format!("the SQLite database has no idem table `{t}`: create it with `idem migrate` (or open it once with migrate_on_open)")
+    } else {
+        format!(
+            "the SQLite table `{t}` has schema version {found}, this version of idem reads \
+             {SCHEMA_VERSION}: run `idem migrate` (or upgrade idem if the table is newer)"
+        )
+    }
+}
+
+/// Opens an existing, current database for the operator's tools, creating nothing.
+pub(crate) async fn open_existing(
+    url: &str,
+    table: Option<&str>,
+) -> Result<SqliteStore, crate::admin::OpenError> {
+    use crate::admin::OpenError;
+    let mut options = SqliteStore::options(url).migrate_on_open(false);
+    if let Some(t) = table {
+        options = options.table(t);
+    }
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    if !in_memory {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|e| Error::Config(format!("`{url}` is not a SQLite URL: {e}")))?;
+        let file = connect.get_filename();
+        if !file.exists() {
+            return Err(OpenError::NotMigrated {
+                what: format!(
+                    "there is no SQLite database file at {}: check the path, or create it \
+                     with `idem migrate`",
+                    file.display()
+                ),
+            });
+        }
+    }
+    let store = options.connect().await?;
+    let found = store.schema_version(&options.table).await?;
+    if found < SCHEMA_VERSION {
+        return Err(OpenError::NotMigrated {
+            what: not_migrated(&options.table, found),
+        });
+    }
+    if found > SCHEMA_VERSION {
+        return Err(Error::Config(not_migrated(&options.table, found)).into());
+    }
+    Ok(store)
+}
+
+/// Creates the file and the schema at `url` when missing; says what it found.
+pub(crate) async fn migrate_url(
+    url: &str,
+    table: Option<&str>,
+) -> Result<crate::admin::Migrated, Error> {
+    let mut options = SqliteStore::options(url);
+    if let Some(t) = table {
+        options = options.table(t);
+    }
+    let store = options.connect().await?;
+    let from = store.migrate(&options.table).await?;
+    Ok(crate::admin::Migrated {
+        backend: "sqlite",
+        from,
+        to: SCHEMA_VERSION,
+        location: format!("table {}", options.table),
+    })
+}
+
+impl crate::admin::Inspect for SqliteStore {
+    fn list<'a>(
+        &'a self,
+        filter: &'a crate::admin::Filter,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::KeyInfo>, Error>> {
+        Box::pin(async move {
+            let now = local_now_ms();
+            let rows = sqlx::query(&self.sql.list)
+                .bind(now)
+                .bind(now.saturating_sub(filter.older_than_ms()))
+                .bind(filter.name.as_deref())
+                .bind(filter.status.map(|s| i64::from(s.as_i16())))
+                .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("list"))?;
+            rows.iter()
+                .map(|r| {
+                    let get = |e: sqlx::Error| Error::store("sqlite", "list", e);
+                    let key: Vec<u8> = r.try_get("key").map_err(get)?;
+                    let key = Digest::from_slice(&key).ok_or_else(|| {
+                        Error::store("sqlite", "list", "a stored key is not 32 bytes")
+                    })?;
+                    let size: Option<i64> = r.try_get("size").map_err(get)?;
+                    let rec = record(&key, r, now)?;
+                    Ok(crate::admin::KeyInfo {
+                        value_size: size.map(|n| n as u64),
+                        ..crate::admin::KeyInfo::from(&rec)
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<crate::admin::Stat>, Error>> {
+        Box::pin(async move {
+            let rows = sqlx::query(&self.sql.stats)
+                .bind(local_now_ms())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("stats"))?;
+            rows.iter()
+                .map(|r| {
+                    let get = |e: sqlx::Error| Error::store("sqlite", "stats", e);
+                    let state: i64 = r.try_get("state").map_err(get)?;
+                    let count: i64 = r.try_get("n").map_err(get)?;
+                    Ok(crate::admin::Stat {
+                        name: r.try_get("name").map_err(get)?,
+                        state: crate::admin::State::from_code(state).ok_or_else(|| {
+                            Error::store("sqlite", "stats", format!("unknown status {state}"))
+                        })?,
+                        count: count as u64,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `migrate_on_open`, nothing is created: a missing file is an error, and so is a
+    /// file without the schema; after a migration the same options open it.
+    #[tokio::test]
+    async fn open_without_migrating_creates_nothing() {
+        let path = std::env::temp_dir().join(format!(
+            "idem-nomigrate-{}-{}.db",
+            std::process::id(),
+            local_now_ms()
+        ));
+        let url = format!("sqlite://{}", path.display());
+        let strict = || SqliteStore::options(&url).migrate_on_open(false);
+        assert!(matches!(strict().open().await, Err(Error::Store(_))));
+        assert!(!path.exists());
+        let plain = SqliteStore::options(&url).connect().await.unwrap();
+        drop(plain);
+        match strict().open().await {
+            Err(Error::Config(m)) => assert!(m.contains("idem migrate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let m = migrate_url(&url, None).await.unwrap();
+        assert_eq!((m.from, m.to), (0, SCHEMA_VERSION));
+        strict().open().await.unwrap();
+        assert_eq!(migrate_url(&url, None).await.unwrap().from, SCHEMA_VERSION);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

@@ -32,6 +32,7 @@
 //! [`tx`] has the transactional mode: the claim and the stored result written inside the
 //! caller's own transaction, so they commit or roll back with the handler's writes.
 
+pub(crate) mod inspect;
 mod listen;
 mod schema;
 pub mod tx;
@@ -405,6 +406,45 @@ where
     )?)))
 }
 
+/// Parses `url` and opens one connection with `options` (for the schema check, before any
+/// pool): a server that is down fails here at once with what the connection said, not after
+/// the pool's acquire timeout.
+pub(crate) async fn connect_one(
+    url: &str,
+    options: &PostgresOptions,
+) -> Result<(PgConnectOptions, sqlx::PgConnection), Error> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::Config(
+            "invalid PostgreSQL URL for idem: it must start with postgres:// or \
+             postgresql:// (postgres://user:password@host:port/database)"
+                .into(),
+        ));
+    }
+    let mut connect = PgConnectOptions::from_str(url).map_err(|e| {
+        Error::Config(format!(
+            "invalid PostgreSQL URL for idem ({e}); expected \
+             postgres://user:password@host:port/database"
+        ))
+    })?;
+    if let Some(app) = &options.application_name {
+        connect = connect.application_name(app);
+    }
+    let conn = tokio::time::timeout(options.acquire_timeout, connect.connect())
+        .await
+        .map_err(|_| {
+            Error::store(
+                BACKEND,
+                "open",
+                format!(
+                    "no answer from the PostgreSQL server within {:?}",
+                    options.acquire_timeout
+                ),
+            )
+        })?
+        .map_err(|e| pg_error("open", e))?;
+    Ok((connect, conn))
+}
+
 /// The error of a claim that found its row hidden [`CLAIM_ATTEMPTS`] times in a row.
 pub(crate) fn claim_exhausted(key: &Digest) -> Error {
     Error::store(
@@ -427,37 +467,7 @@ impl PostgresStore {
     /// Opens a store on `url` with `options`.
     pub async fn open_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, Error> {
         let table = Table::parse(&options.table)?;
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(Error::Config(
-                "invalid PostgreSQL URL for idem: it must start with postgres:// or \
-                 postgresql:// (postgres://user:password@host:port/database)"
-                    .into(),
-            ));
-        }
-        let mut connect = PgConnectOptions::from_str(url).map_err(|e| {
-            Error::Config(format!(
-                "invalid PostgreSQL URL for idem ({e}); expected \
-                 postgres://user:password@host:port/database"
-            ))
-        })?;
-        if let Some(app) = &options.application_name {
-            connect = connect.application_name(app);
-        }
-        // The schema check runs on a connection of its own: a server that is down fails here
-        // at once with what the connection said, not after the pool's acquire timeout.
-        let mut conn = tokio::time::timeout(options.acquire_timeout, connect.connect())
-            .await
-            .map_err(|_| {
-                Error::store(
-                    BACKEND,
-                    "open",
-                    format!(
-                        "no answer from the PostgreSQL server within {:?}",
-                        options.acquire_timeout
-                    ),
-                )
-            })?
-            .map_err(|e| pg_error("open", e))?;
+        let (connect, mut conn) = connect_one(url, &options).await?;
         let checked =
             schema::ensure(&mut conn, &table, options.migrate_on_open, SCHEMA_VERSION).await;
         let _ = conn.close().await;

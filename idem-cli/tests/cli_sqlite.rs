@@ -1,0 +1,280 @@
+//! The `idem` tool as a process against a SQLite file: migrate, show, list, release, purge,
+//! stats, JSON output, structured keys, and the exit codes of its errors.
+
+mod common;
+
+use common::{complete, idem, leave_stuck_claim, Cli};
+use serde::Serialize;
+use std::time::Duration;
+
+struct Db {
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+fn db() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("keys.db").display());
+    Db { _dir: dir, url }
+}
+
+#[test]
+fn a_missing_database_says_run_migrate_and_migrate_creates_it_once() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    let run = cli.run(&["show", "charges.v1", "order-1"]).expect(5);
+    assert!(run.stderr.contains("idem migrate"), "{run:#?}");
+    assert!(run.stderr.contains("no SQLite database file"), "{run:#?}");
+    cli.run(&["list"]).expect(5);
+
+    let run = cli.run(&["migrate"]).expect(0);
+    assert!(
+        run.stdout.contains("created the schema (version 1)"),
+        "{run:#?}"
+    );
+    let run = cli.run(&["migrate"]).expect(0);
+    assert!(run.stdout.contains("schema is current"), "{run:#?}");
+    let doc = cli.run(&["--json", "migrate"]).expect(0).json();
+    assert_eq!(doc["changed"], false);
+    assert_eq!(doc["to"], 1);
+
+    // A database file that exists but has no idem table is "not migrated" too.
+    let other = cli.run(&["--table", "other_keys", "stats"]).expect(5);
+    assert!(other.stderr.contains("`other_keys`"), "{other:#?}");
+    assert!(other.stderr.contains("idem migrate"), "{other:#?}");
+}
+
+#[test]
+fn usage_errors_exit_2_and_say_what_to_pass() {
+    let mem = Cli::new("sqlite::memory:");
+    let run = idem(&["list"]).expect(2);
+    assert!(run.stderr.contains("--url"), "{run:#?}");
+    let run = idem(&["--url", "mysql://127.0.0.1/x", "list"]).expect(2);
+    assert!(
+        run.stderr.contains("unsupported store URL scheme `mysql`"),
+        "{run:#?}"
+    );
+    let run = mem.run(&["show", "--digest", "abc"]).expect(2);
+    assert!(run.stderr.contains("64 hex digits"), "{run:#?}");
+    // clap's own usage errors use the same code.
+    mem.run(&["show"]).expect(2);
+    mem.run(&["purge"]).expect(2);
+    mem.run(&["list", "--older-than", "10 minutes"]).expect(2);
+    let run = mem.run(&["show", "n", "--json-key", r#"{"a":null}"#]);
+    let run = run.expect(2);
+    assert!(run.stderr.contains("null"), "{run:#?}");
+    let run = mem.run(&["--json", "list", "--limit", "x"]).expect(2);
+    assert_eq!(run.json()["error"]["kind"], "usage", "{run:#?}");
+    assert!(run.stderr.contains("--limit"), "{run:#?}");
+}
+
+#[test]
+fn the_help_documents_the_exit_codes() {
+    let run = idem(&["--help"]).expect(0);
+    for line in [
+        "0  done",
+        "1  not found",
+        "2  usage",
+        "3  refused",
+        "4  store error",
+        "5  schema missing",
+    ] {
+        assert!(
+            run.stdout.contains(line),
+            "{line} missing from:\n{}",
+            run.stdout
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_list_release_purge_and_stats_on_a_file() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    cli.run(&["migrate"]).expect(0);
+    let store = idem::Idem::sqlite(&db.url).await.unwrap();
+    leave_stuck_claim(&store, "charges.v1", "order-1234").await;
+    complete(
+        &store,
+        "charges.v1",
+        "order-1",
+        7,
+        Duration::from_secs(3600),
+    )
+    .await;
+    complete(
+        &store,
+        "emails.v1",
+        "welcome-9",
+        1,
+        Duration::from_secs(3600),
+    )
+    .await;
+    // Two results that expire at once: stored, no longer live, waiting for a purge.
+    complete(&store, "emails.v1", "gone-1", 1, Duration::from_millis(1)).await;
+    complete(&store, "emails.v1", "gone-2", 1, Duration::from_millis(1)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    // list: live records only, filters compose, oldest claim first.
+    let all = cli.run(&["--json", "list"]).expect(0).json();
+    assert_eq!(all.as_array().unwrap().len(), 3, "{all:#}");
+    assert_eq!(all[0]["status"], "in-progress");
+    let stuck = cli.run(&["list", "--status", "in-progress"]).expect(0);
+    let digest = idem::testkit::digest("charges.v1", "order-1234").to_hex();
+    assert!(stuck.stdout.contains(&digest), "{stuck:#?}");
+    assert!(stuck.stdout.starts_with("NAME"), "{stuck:#?}");
+    assert_eq!(stuck.stdout.lines().count(), 2, "{stuck:#?}");
+    let emails = cli
+        .run(&["--json", "list", "--name", "emails.v1"])
+        .expect(0);
+    let emails = emails.json();
+    assert_eq!(emails.as_array().unwrap().len(), 1);
+    assert_eq!(emails[0]["value_size"].as_u64().unwrap(), 3, "b\"\\x01o1\"");
+    let old = cli.run(&["--json", "list", "--older-than", "1h"]).expect(0);
+    assert_eq!(old.json().as_array().unwrap().len(), 0);
+    let limited = cli.run(&["list", "--limit", "1"]).expect(0);
+    assert!(limited.stdout.contains("raise --limit"), "{limited:#?}");
+
+    // show, by name and key or by digest.
+    let show = cli.run(&["show", "charges.v1", "order-1234"]).expect(0);
+    assert!(show.stdout.contains("in-progress"), "{show:#?}");
+    assert!(show.stdout.contains("lease left   59m"), "{show:#?}");
+    let by_digest = cli.run(&["--json", "show", "--digest", &digest]).expect(0);
+    let by_digest = by_digest.json();
+    assert_eq!(by_digest["name"], "charges.v1");
+    assert!(by_digest["lease_left_ms"].as_i64().unwrap() > 3_500_000);
+    assert!(by_digest["ttl_left_ms"].is_null());
+    let done = cli.run(&["--json", "show", "charges.v1", "order-1", "--value"]);
+    let done = done.expect(0).json();
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["value"]["ok"], 7);
+    assert_eq!(done["value_size"], 3);
+    let text = cli
+        .run(&["show", "charges.v1", "order-1", "--value"])
+        .expect(0);
+    assert!(text.stdout.contains("Ok(7)"), "{text:#?}");
+    let missing = cli
+        .run(&["--json", "show", "charges.v1", "order-2"])
+        .expect(1);
+    assert_eq!(missing.json()["error"]["kind"], "not-found");
+
+    // stats: counts by name and state, expired ones included.
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
+    assert_eq!(stats["total"]["in_progress"], 1, "{stats:#}");
+    assert_eq!(stats["total"]["completed"], 2, "{stats:#}");
+    assert_eq!(stats["total"]["expired"], 2, "{stats:#}");
+    let table = cli.run(&["stats"]).expect(0);
+    assert!(table.stdout.contains("emails.v1"), "{table:#?}");
+
+    // release: a completed result is refused without --force, and the refusal says why.
+    let refused = cli.run(&["release", "charges.v1", "order-1"]).expect(3);
+    assert!(
+        refused.stderr.contains("runs the body again"),
+        "{refused:#?}"
+    );
+    let forced = cli.run(&["release", "--force", "charges.v1", "order-1"]);
+    let forced = forced.expect(0);
+    assert!(
+        forced.stdout.contains("deleted the completed result"),
+        "{forced:#?}"
+    );
+    cli.run(&["release", "--force", "charges.v1", "order-1"])
+        .expect(1);
+    complete(&store, "charges.v1", "order-1", 8, Duration::from_secs(60)).await;
+
+    // purge: deletes the two expired records, in batches of one.
+    let purge = cli.run(&["purge", "--expired", "--batch", "1"]).expect(0);
+    assert!(
+        purge.stdout.contains("purged 2 expired records"),
+        "{purge:#?}"
+    );
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
+    assert_eq!(stats["total"]["expired"], 0, "{stats:#}");
+    let purge = cli.run(&["--json", "purge", "--expired"]).expect(0);
+    assert_eq!(purge.json()["purged"], 0);
+}
+
+#[derive(Serialize)]
+struct Order {
+    id: u64,
+    customer: String,
+    lines: Vec<u32>,
+    meta: Meta,
+}
+
+#[derive(Serialize)]
+struct Meta {
+    vip: bool,
+    region: &'static str,
+}
+
+#[derive(Serialize)]
+struct OrderId(u64);
+
+/// `--json-key` finds keys that calls made with typed Rust values: structs (any field order),
+/// newtypes, integers, tuples; and `--scope` finds scoped keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_keys_give_the_digest_of_the_typed_key() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    let store = idem::Idem::sqlite(&db.url).await.unwrap();
+    let order = Order {
+        id: 1234,
+        customer: "c-9".into(),
+        lines: vec![1, 2],
+        meta: Meta {
+            vip: true,
+            region: "eu",
+        },
+    };
+    let put = |name: &'static str| store.call(name).ttl(Duration::from_secs(600));
+    put("orders.v1")
+        .key(&order)
+        .run(async { Ok::<_, idem::Error>(1u8) })
+        .await
+        .unwrap();
+    put("ids.v1")
+        .key(&OrderId(77))
+        .run(async { Ok::<_, idem::Error>(2u8) })
+        .await
+        .unwrap();
+    put("invoices.v1")
+        .key(&(17u32, "2026-11"))
+        .run(async { Ok::<_, idem::Error>(3u8) })
+        .await
+        .unwrap();
+    put("charges.v1")
+        .key("order-5")
+        .scope("tenant-7")
+        .run(async { Ok::<_, idem::Error>(4u8) })
+        .await
+        .unwrap();
+
+    let json_key =
+        r#"{"meta":{"region":"eu","vip":true},"lines":[1,2],"customer":"c-9","id":1234}"#;
+    let found = [
+        ("orders.v1", json_key, "1"),
+        ("ids.v1", "77", "2"),
+        ("invoices.v1", r#"[17,"2026-11"]"#, "3"),
+    ];
+    for (name, key, value) in found {
+        let run = cli.run(&["--json", "show", name, "--json-key", key, "--value"]);
+        let doc = run.expect(0).json();
+        assert_eq!(doc["value"]["ok"].to_string(), value, "{name} {key}");
+    }
+    // The string "77" is another key than the number 77.
+    cli.run(&["show", "ids.v1", "77"]).expect(1);
+    // Scoped: found with the scope, not without.
+    cli.run(&["show", "charges.v1", "order-5", "--scope", "tenant-7"])
+        .expect(0);
+    let run = cli.run(&["show", "charges.v1", "order-5"]).expect(1);
+    assert!(run.stderr.contains("--scope"), "{run:#?}");
+    cli.run(&[
+        "show",
+        "charges.v1",
+        "order-5",
+        "--json-scope",
+        r#""tenant-7""#,
+    ])
+    .expect(0);
+}

@@ -1,0 +1,152 @@
+//! The operator's queries on the PostgreSQL store ([`crate::admin`]): one statement each, on
+//! the server's clock like every other step.
+
+use super::schema::{self, Table};
+use super::{
+    connect_one, digest_of, pg_error, PostgresOptions, PostgresStore, CLOCK, DEFAULT_TABLE,
+    SCHEMA_VERSION,
+};
+use crate::admin::{Filter, Inspect, KeyInfo, Migrated, OpenError, Stat, State};
+use crate::error::Error;
+use crate::store::{BoxFuture, Status};
+use sqlx::{Connection, Row};
+
+fn options(table: Option<&str>) -> PostgresOptions {
+    PostgresOptions::new()
+        .table(table.unwrap_or(DEFAULT_TABLE))
+        .application_name("idem-cli")
+        .max_connections(2)
+        .notify(false)
+}
+
+/// Opens an existing, current schema for the operator's tools, creating nothing.
+pub(crate) async fn open_existing(
+    url: &str,
+    table: Option<&str>,
+) -> Result<PostgresStore, OpenError> {
+    let options = options(table).migrate_on_open(false);
+    let t = Table::parse(&options.table)?;
+    let (_, mut conn) = connect_one(url, &options).await?;
+    let found = schema::current_version(&mut conn, &t).await;
+    let _ = conn.close().await;
+    // The version check is part of opening here, not of a migration.
+    let found = found.map_err(|e| match e {
+        Error::Store(mut s) => {
+            s.op = "open";
+            Error::Store(s)
+        }
+        e => e,
+    })?;
+    if found < SCHEMA_VERSION {
+        let what = if found == 0 {
+            format!("the PostgreSQL database has no idem table {}", t.display)
+        } else {
+            format!(
+                "the idem table {} is at schema version {found}, this version of idem needs \
+                 {SCHEMA_VERSION}",
+                t.display
+            )
+        };
+        return Err(OpenError::NotMigrated {
+            what: format!("{what}: run `idem migrate` (with a role that may create tables)"),
+        });
+    }
+    Ok(PostgresStore::open_with(url, options).await?)
+}
+
+/// Creates or upgrades the schema at `url`; says what it found.
+pub(crate) async fn migrate_url(url: &str, table: Option<&str>) -> Result<Migrated, Error> {
+    let options = options(table);
+    let t = Table::parse(&options.table)?;
+    let (_, mut conn) = connect_one(url, &options).await?;
+    let from = schema::ensure(&mut conn, &t, true, SCHEMA_VERSION).await;
+    let _ = conn.close().await;
+    Ok(Migrated {
+        backend: "postgres",
+        from: from?.into(),
+        to: SCHEMA_VERSION.into(),
+        location: format!("table {}", t.display),
+    })
+}
+
+impl Inspect for PostgresStore {
+    fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            let sql = format!(
+                "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
+                 SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now \
+                   FROM {r} e, clock \
+                  WHERE e.expires_at > clock.now AND e.created_at <= clock.now - $1 \
+                    AND ($2::text IS NULL OR e.name = $2) \
+                    AND ($3::smallint IS NULL OR e.status = $3) \
+                  ORDER BY e.created_at, e.key LIMIT $4",
+                r = self.inner.table.records
+            );
+            let rows = sqlx::query(&sql)
+                .bind(filter.older_than_ms())
+                .bind(filter.name.as_deref())
+                .bind(filter.status.map(Status::as_i16))
+                .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| pg_error("list", e))?;
+            rows.iter()
+                .map(|row| {
+                    let get = |e: sqlx::Error| pg_error("list", e);
+                    let status: i16 = row.try_get(4).map_err(get)?;
+                    let token: i64 = row.try_get(3).map_err(get)?;
+                    let size: Option<i64> = row.try_get(5).map_err(get)?;
+                    Ok(KeyInfo {
+                        key: digest_of("list", "key", row.try_get(0).map_err(get)?)?,
+                        name: row.try_get(1).map_err(get)?,
+                        fingerprint: digest_of(
+                            "list",
+                            "fingerprint",
+                            row.try_get(2).map_err(get)?,
+                        )?,
+                        token: token as u64,
+                        status: Status::from_i16(status).ok_or_else(|| {
+                            Error::store("postgres", "list", format!("unknown status {status}"))
+                        })?,
+                        value_size: size.map(|n| n as u64),
+                        created_at: row.try_get(6).map_err(get)?,
+                        expires_at: row.try_get(7).map_err(get)?,
+                        now: row.try_get(8).map_err(get)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
+        Box::pin(async move {
+            let sql = format!(
+                "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
+                 SELECT e.name, \
+                        (CASE WHEN e.expires_at <= clock.now THEN 2 ELSE e.status END)::bigint, \
+                        count(*) \
+                   FROM {r} e, clock GROUP BY 1, 2 ORDER BY 1, 2",
+                r = self.inner.table.records
+            );
+            let rows = sqlx::query(&sql)
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| pg_error("stats", e))?;
+            rows.iter()
+                .map(|row| {
+                    let get = |e: sqlx::Error| pg_error("stats", e);
+                    let state: i64 = row.try_get(1).map_err(get)?;
+                    let count: i64 = row.try_get(2).map_err(get)?;
+                    Ok(Stat {
+                        name: row.try_get(0).map_err(get)?,
+                        state: State::from_code(state).ok_or_else(|| {
+                            Error::store("postgres", "stats", format!("unknown status {state}"))
+                        })?,
+                        count: count as u64,
+                    })
+                })
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! The operator's queries on the Redis store ([`crate::admin`]): a `SCAN` over the store's
+//! key prefix (`<prefix>:v1:{*`, hashes only), 1,000 keys per round trip, with one pipelined
+//! `HMGET` + `HSTRLEN` per batch, never a `KEYS` that would block the server. The server's
+//! clock (`TIME`) decides what is live, as in the scripts. Values themselves are not read.
+
+use super::{as_bytes, as_i64, as_u64, store_err, RedisStore};
+use crate::admin::{count_states, finish_listing, Filter, Inspect, KeyInfo, Stat, State};
+use crate::error::Error;
+use crate::key::Digest;
+use crate::store::{BoxFuture, Status};
+use ::redis::Value;
+
+/// Keys asked for per `SCAN` round trip.
+const SCAN_COUNT: usize = 1000;
+
+impl RedisStore {
+    /// Calls `each` with every record under this store's prefix, live or not.
+    async fn scan_records(
+        &self,
+        op: &'static str,
+        mut each: impl FnMut(KeyInfo),
+    ) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (i64, i64) = ::redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| store_err(op, e))?;
+        let now = secs * 1000 + micros / 1000;
+        let pattern = format!("{}*", self.key_head);
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg("hash")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| store_err(op, e))?;
+            if !keys.is_empty() {
+                let mut pipe = ::redis::pipe();
+                for k in &keys {
+                    pipe.cmd("HMGET").arg(k).arg(&[
+                        "status",
+                        "token",
+                        "fingerprint",
+                        "name",
+                        "created_at",
+                        "expires_at",
+                    ]);
+                    pipe.cmd("HSTRLEN").arg(k).arg("value");
+                }
+                let replies: Vec<Value> = pipe
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| store_err(op, e))?;
+                for (k, reply) in keys.iter().zip(replies.chunks(2)) {
+                    // A key that expired between the SCAN and the HMGET reads as all nil.
+                    if let Some(info) = self.key_info(k, reply, now) {
+                        each(info);
+                    }
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A record from its Redis key and `[HMGET fields, HSTRLEN value]`; `None` for a key that
+    /// is gone or is not one of ours.
+    fn key_info(&self, redis_key: &str, reply: &[Value], now: i64) -> Option<KeyInfo> {
+        let hex = redis_key.strip_prefix(&self.key_head)?.strip_suffix('}')?;
+        let key = Digest::from_hex(hex)?;
+        let Value::Array(f) = reply.first()? else {
+            return None;
+        };
+        let status = match as_bytes(f.first()?)? {
+            b"0" => Status::InProgress,
+            b"1" => Status::Completed,
+            _ => return None,
+        };
+        let size = match reply.get(1) {
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        Some(KeyInfo {
+            name: String::from_utf8_lossy(as_bytes(f.get(3)?)?).into_owned(),
+            key,
+            fingerprint: Digest::from_slice(as_bytes(f.get(2)?)?)?,
+            token: as_u64(f.get(1)?)?,
+            status,
+            value_size: size.filter(|_| status == Status::Completed),
+            created_at: as_i64(f.get(4)?)?,
+            expires_at: as_i64(f.get(5)?)?,
+            now,
+        })
+    }
+}
+
+impl Inspect for RedisStore {
+    fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            let mut rows = Vec::new();
+            self.scan_records("list", |info| {
+                if filter.matches(&info) {
+                    rows.push(info);
+                }
+            })
+            .await?;
+            Ok(finish_listing(rows, filter))
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
+        Box::pin(async move {
+            let mut states = Vec::new();
+            self.scan_records("stats", |info| {
+                let state = State::of(info.status, info.expires_at, info.now);
+                states.push((info.name, state));
+            })
+            .await?;
+            Ok(count_states(states))
+        })
+    }
+}
