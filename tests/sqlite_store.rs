@@ -189,3 +189,41 @@ async fn an_in_memory_database_outlives_a_closed_pool_connection() {
         "a new pooled connection sees the same database"
     );
 }
+
+/// Many handles opening one new file at once all open it: switching a new file to WAL takes a
+/// lock that SQLite's busy handler does not wait for, and migrating with a deferred transaction
+/// fails at once when another handle migrated in between (CI once saw "database is locked").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn handles_opening_one_new_file_together_all_open_it() {
+    for round in 0..20 {
+        let (_dir, url) = temp_db(&format!("together-{round}"));
+        let opens: Vec<_> = (0..16)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { Idem::sqlite(&url).await })
+            })
+            .collect();
+        let mut handles = Vec::new();
+        for open in opens {
+            handles.push(open.await.unwrap().expect("every handle opens the file"));
+        }
+        let first = handles[0]
+            .call("together")
+            .key("k")
+            .run(async { Ok::<_, Error>(round) })
+            .await
+            .unwrap();
+        assert_eq!(first, Outcome::Fresh(round));
+        let last = handles[15]
+            .call("together")
+            .key("k")
+            .run(async { Ok::<_, Error>(99) })
+            .await
+            .unwrap();
+        assert_eq!(
+            last,
+            Outcome::Replayed(round),
+            "one file, one idempotency space"
+        );
+    }
+}

@@ -15,8 +15,8 @@ use super::{
 use crate::error::Error;
 use crate::key::Digest;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Row};
 use std::str::FromStr;
@@ -210,8 +210,11 @@ impl SqliteOptions {
                     .max_lifetime(None),
             )
         } else {
+            enable_wal(&connect, self.busy_timeout)
+                .await
+                .map_err(open_err)?;
             (
-                connect.journal_mode(SqliteJournalMode::Wal),
+                connect,
                 SqlitePoolOptions::new().max_connections(self.max_connections),
             )
         };
@@ -222,6 +225,43 @@ impl SqliteOptions {
             _keeper: keeper,
         })
     }
+}
+
+/// Puts a file database in WAL mode, once, before the pool opens. The switch needs an exclusive
+/// lock that SQLite's busy handler does not wait for: processes opening a new file together
+/// (three schedulers, a test suite's parallel tests) get SQLITE_BUSY at once. So it is retried
+/// here until `busy_timeout`. WAL is a property of the file: the pool's connections open in it
+/// without asking again.
+async fn enable_wal(
+    connect: &SqliteConnectOptions,
+    busy_timeout: Duration,
+) -> Result<(), sqlx::Error> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = Duration::from_millis(2);
+    let mut conn = connect.connect().await?;
+    let result = loop {
+        match sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(&mut conn)
+            .await
+        {
+            Err(sqlx::Error::Database(e))
+                if is_busy(&*e) && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => break other.map(drop),
+        }
+    };
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, whatever the extended code.
+fn is_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 5 | 6))
 }
 
 impl SqliteStore {
@@ -249,7 +289,14 @@ impl SqliteStore {
 
     /// Creates or upgrades the schema; returns the version found before (0: none).
     async fn migrate(&self, t: &str) -> Result<i64, Error> {
-        let mut tx = self.pool.begin().await.map_err(err("migrate"))?;
+        // IMMEDIATE: take the write lock up front, waiting `busy_timeout` for it. A deferred
+        // transaction that read the schema and then writes fails at once (SQLITE_BUSY, no
+        // waiting) when another process migrated in between, as processes starting together do.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err("migrate"))?;
         let ddl = [
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\
