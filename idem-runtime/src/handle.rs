@@ -2,6 +2,7 @@
 
 use crate::call::Call;
 use crate::error::Error;
+use crate::observe;
 use crate::policy::Defaults;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
@@ -125,8 +126,13 @@ impl Idem {
     pub async fn purge_expired(&self, batch: usize) -> Result<u64, Error> {
         let batch = batch.max(1);
         let mut total = 0;
+        let store = self.store();
         loop {
-            let n = self.store().purge_expired(batch).await?;
+            let start = observe::TIME_BACKGROUND.then(std::time::Instant::now);
+            let n = store.purge_expired(batch).await?;
+            if let Some(start) = start {
+                observe::store_latency(store.backend(), "purge", start.elapsed());
+            }
             total += n;
             if (n as usize) < batch {
                 return Ok(total);
@@ -145,9 +151,15 @@ impl Idem {
             loop {
                 tick.tick().await;
                 match idem.purge_expired(1000).await {
-                    Ok(n) if n > 0 => tracing::debug!(purged = n, "idem: reaper purged records"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "idem: reaper failed"),
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::debug!(purged = n, "idem: reaper purged records");
+                        }
+                        observe::reaper_tick(n);
+                    }
+                    Err(e) => {
+                        tracing::warn!(idem.store = idem.store().backend(), error = %e, "idem: reaper failed")
+                    }
                 }
             }
         });
