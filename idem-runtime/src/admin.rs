@@ -202,7 +202,11 @@ pub async fn purge_expired(
     let batch = batch.max(1);
     let mut total = 0;
     loop {
+        let start = crate::observe::TIME_BACKGROUND.then(std::time::Instant::now);
         let n = store.purge_expired(batch).await?;
+        if let Some(start) = start {
+            crate::observe::store_latency(store.backend(), "purge", start.elapsed());
+        }
         total += n;
         progress(total);
         if (n as usize) < batch {
@@ -299,6 +303,10 @@ fn not_built(backend: &str) -> Error {
 
 /// Opens the store at `url` for inspection, creating nothing: a database that was never
 /// migrated is [`OpenError::NotMigrated`].
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(unused_variables) // `target` only names a table or prefix of a built-in backend
+)]
 pub async fn open(url: &str, target: &Target) -> Result<Box<dyn Inspect>, OpenError> {
     match scheme(url)? {
         #[cfg(feature = "sqlite")]
@@ -336,6 +344,10 @@ pub struct Migrated {
 }
 
 /// Creates or upgrades the schema of the store at `url` (a missing SQLite file is created).
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
+    allow(unused_variables) // `target` only names a table or prefix of a built-in backend
+)]
 pub async fn migrate(url: &str, target: &Target) -> Result<Migrated, Error> {
     match scheme(url)? {
         #[cfg(feature = "sqlite")]

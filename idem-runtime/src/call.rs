@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::handle::Idem;
 use crate::key::{self, Digest};
 use crate::lease::{run_leased, Finished};
+use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
 use crate::protocol::{self, Decision};
 use crate::store::{Claim, Complete, Store};
@@ -229,8 +230,10 @@ impl Call {
         self.execute(policy, E::from, body)
     }
 
-    /// The body goes on the heap at once: a call's future then has the same size whatever the
-    /// body, so calls nested in bodies (steps) grow by a constant, not by a factor per level.
+    /// The call, body included, goes on the heap at once (one allocation): its future is then
+    /// two words and a span whatever the body, so calls nested in bodies (steps) grow by a
+    /// constant, and moving the future (into `run`, the caller's state, a spawn) copies a
+    /// pointer instead of the whole state machine. The call runs in its `idem.call` span.
     pub(crate) fn execute<T, E, P, Fut>(
         self,
         policy: P,
@@ -242,22 +245,35 @@ impl Call {
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.execute_boxed(policy, into_err, Box::pin(body))
+        let span = observe::call_span(&self.name);
+        let obs = Obs::new(span.clone(), self.name.clone());
+        InSpan::new(
+            span,
+            Box::pin(self.execute_boxed(obs, policy, into_err, body)),
+        )
     }
 
     async fn execute_boxed<T, E, P, Fut>(
         self,
+        mut obs: Obs,
         policy: P,
         into_err: fn(Error) -> E,
-        body: std::pin::Pin<Box<Fut>>,
+        body: Fut,
     ) -> Result<Outcome<T>, E>
     where
         T: Serialize + DeserializeOwned,
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call = self.prepare().map_err(into_err)?;
+        let obs = &mut obs;
+        // Every failure of idem's own goes through here, so that the call reports it.
+        let fail = |obs: &mut Obs, e: Error| {
+            obs.fail(&e);
+            into_err(e)
+        };
+        let call = self.prepare().map_err(|e| fail(obs, e))?;
         let store = call.idem.store();
+        obs.prepared(store.backend(), &call.key);
         let token = loop {
             let claim = Claim {
                 name: &call.name,
@@ -265,31 +281,35 @@ impl Call {
                 fingerprint: &call.fingerprint,
                 lease: call.lease,
             };
-            let outcome = store.claim(claim).await.map_err(into_err)?;
+            let outcome = obs
+                .store("claim", store.claim(claim))
+                .await
+                .map_err(|e| fail(obs, e))?;
             match protocol::decide(outcome, &call.fingerprint) {
                 Decision::Run { token } => break token,
-                Decision::Replay(bytes) => return replay(&policy, &bytes, into_err),
-                Decision::Mismatch => return Err(into_err(call.mismatch())),
+                Decision::Replay(bytes) => return replay(obs, &policy, &bytes, into_err),
+                Decision::Mismatch => return Err(fail(obs, call.mismatch())),
                 Decision::InProgress { retry_after } => {
                     let Some(wait) = call.wait else {
-                        return Err(into_err(call.in_progress(retry_after)));
+                        return Err(fail(obs, call.in_progress(retry_after)));
                     };
-                    match wait_for(store, &call, Instant::now() + wait).await {
+                    match wait_for(store, &call, obs, Instant::now() + wait).await {
                         Waited::Decided(Decision::Replay(bytes)) => {
-                            return replay(&policy, &bytes, into_err)
+                            return replay(obs, &policy, &bytes, into_err)
                         }
                         Waited::Decided(Decision::Mismatch) => {
-                            return Err(into_err(call.mismatch()))
+                            return Err(fail(obs, call.mismatch()))
                         }
                         Waited::Decided(Decision::InProgress { retry_after }) => {
-                            return Err(into_err(call.in_progress(retry_after)))
+                            return Err(fail(obs, call.in_progress(retry_after)))
                         }
                         Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
-                        Waited::Failed(e) => return Err(into_err(e)),
+                        Waited::Failed(e) => return Err(fail(obs, e)),
                     }
                 }
             }
         };
+        obs.claimed(token);
 
         let ctx = CallContext {
             key: call.key,
@@ -300,6 +320,7 @@ impl Call {
         };
         let finished = run_leased(
             store,
+            &call.name,
             &call.key,
             token,
             call.lease,
@@ -308,37 +329,41 @@ impl Call {
         .await;
         match finished {
             Finished::Panicked(payload) => {
-                call.release(store, token).await;
+                call.release(store, obs, token).await;
+                obs.done(Ended::Panicked);
                 std::panic::resume_unwind(payload)
             }
             Finished::Done(Ok(value)) => match codec::encode_ok(&value) {
                 Ok(bytes) => {
-                    call.complete(store, token, &bytes)
+                    call.complete(store, obs, token, &bytes)
                         .await
-                        .map_err(into_err)?;
+                        .map_err(|e| fail(obs, e))?;
+                    obs.done(Ended::Claimed);
                     Ok(Outcome::Fresh(value))
                 }
                 Err(e) => {
                     // Nothing can be stored, so nothing could be replayed: free the key.
-                    call.release(store, token).await;
-                    Err(into_err(e))
+                    call.release(store, obs, token).await;
+                    Err(fail(obs, e))
                 }
             },
             Finished::Done(Err(error)) => match policy.on_error(&error) {
                 OnError::Release => {
-                    call.release(store, token).await;
+                    call.release(store, obs, token).await;
+                    obs.done(Ended::Released);
                     Err(error)
                 }
                 OnError::Keep => match policy.encode(&error) {
                     Ok(bytes) => {
-                        call.complete(store, token, &bytes)
+                        call.complete(store, obs, token, &bytes)
                             .await
-                            .map_err(into_err)?;
+                            .map_err(|e| fail(obs, e))?;
+                        obs.done(Ended::Claimed);
                         Err(error)
                     }
                     Err(e) => {
-                        call.release(store, token).await;
-                        Err(into_err(e))
+                        call.release(store, obs, token).await;
+                        Err(fail(obs, e))
                     }
                 },
             },
@@ -362,14 +387,20 @@ impl Prepared {
         }
     }
 
-    async fn complete(&self, store: &dyn Store, token: u64, value: &[u8]) -> Result<(), Error> {
+    async fn complete(
+        &self,
+        store: &dyn Store,
+        obs: &mut Obs,
+        token: u64,
+        value: &[u8],
+    ) -> Result<(), Error> {
         let done = Complete {
             key: &self.key,
             token,
             value,
             ttl: self.ttl,
         };
-        if store.complete(done).await? {
+        if obs.store("complete", store.complete(done)).await? {
             Ok(())
         } else {
             Err(Error::LeaseLost {
@@ -382,27 +413,42 @@ impl Prepared {
 
     /// Frees the key. A failure here is logged, not returned: the caller's own error (or panic)
     /// matters more, and the claim lapses after its lease anyway.
-    async fn release(&self, store: &dyn Store, token: u64) {
-        match store.release(&self.key, token).await {
+    async fn release(&self, store: &dyn Store, obs: &mut Obs, token: u64) {
+        match obs.store("release", store.release(&self.key, token)).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::debug!(name = %self.name, key = %self.key, token, "idem: release found the key taken over")
+                tracing::debug!(idem.name = &*self.name, idem.key = %KeyPrefix(&self.key), idem.token = token, "idem: release found the key taken over")
             }
             Err(e) => {
-                tracing::warn!(name = %self.name, key = %self.key, token, error = %e, "idem: release failed; the key lapses after its lease")
+                tracing::warn!(idem.name = &*self.name, idem.key = %KeyPrefix(&self.key), idem.token = token, error = %e, "idem: release failed; the key lapses after its lease")
             }
         }
     }
 }
 
-fn replay<T, E, P>(policy: &P, bytes: &[u8], into_err: fn(Error) -> E) -> Result<Outcome<T>, E>
+fn replay<T, E, P>(
+    obs: &mut Obs,
+    policy: &P,
+    bytes: &[u8],
+    into_err: fn(Error) -> E,
+) -> Result<Outcome<T>, E>
 where
     T: DeserializeOwned,
     P: ErrorPolicy<E>,
 {
-    match codec::split::<T>(bytes).map_err(into_err)? {
-        Stored::Ok(json) => codec::decode(json).map(Outcome::Replayed).map_err(into_err),
-        Stored::Err(json) => Err(policy.decode(json).map_err(into_err)?),
+    let decoded = codec::split::<T>(bytes).and_then(|stored| match stored {
+        Stored::Ok(json) => codec::decode(json).map(|v| Ok(Outcome::Replayed(v))),
+        Stored::Err(json) => policy.decode(json).map(Err),
+    });
+    match decoded {
+        Ok(replayed) => {
+            obs.done(Ended::Replayed);
+            replayed
+        }
+        Err(e) => {
+            obs.fail(&e);
+            Err(into_err(e))
+        }
     }
 }
 
@@ -414,18 +460,18 @@ enum Waited {
 }
 
 /// Waits until the attempt in flight finishes or `deadline` passes.
-async fn wait_for(store: &dyn Store, call: &Prepared, deadline: Instant) -> Waited {
+async fn wait_for(store: &dyn Store, call: &Prepared, obs: &mut Obs, deadline: Instant) -> Waited {
     loop {
         let now = Instant::now();
         if now >= deadline {
-            return match store.get(&call.key).await {
+            return match obs.store("get", store.get(&call.key)).await {
                 Ok(Some(r)) => Waited::Decided(protocol::decide_existing(r, &call.fingerprint)),
                 Ok(None) => Waited::Free,
                 Err(e) => Waited::Failed(e),
             };
         }
         store.changed(&call.key, deadline - now).await;
-        match store.get(&call.key).await {
+        match obs.store("get", store.get(&call.key)).await {
             Ok(None) => return Waited::Free,
             Ok(Some(r)) => match protocol::decide_existing(r, &call.fingerprint) {
                 Decision::InProgress { .. } => continue,

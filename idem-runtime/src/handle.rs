@@ -2,6 +2,7 @@
 
 use crate::call::Call;
 use crate::error::Error;
+use crate::observe;
 use crate::policy::Defaults;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
@@ -136,9 +137,15 @@ impl Idem {
             loop {
                 tick.tick().await;
                 match idem.purge_expired(1000).await {
-                    Ok(n) if n > 0 => tracing::debug!(purged = n, "idem: reaper purged records"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "idem: reaper failed"),
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::debug!(purged = n, "idem: reaper purged records");
+                        }
+                        observe::reaper_tick(n);
+                    }
+                    Err(e) => {
+                        tracing::warn!(idem.store = idem.store().backend(), error = %e, "idem: reaper failed")
+                    }
                 }
             }
         });

@@ -8,6 +8,7 @@
 
 use crate::error::Error;
 use crate::key::Digest;
+use crate::observe::{self, KeyPrefix};
 use crate::store::{BoxFuture, Store};
 use std::any::Any;
 use std::future::Future;
@@ -25,6 +26,7 @@ pub(crate) enum Finished<O> {
 /// Polls `body` to completion, renewing the claim of `key`/`token` every `lease / 3`.
 pub(crate) async fn run_leased<F: Future>(
     store: &dyn Store,
+    name: &str,
     key: &Digest,
     token: u64,
     lease: Duration,
@@ -34,6 +36,8 @@ pub(crate) async fn run_leased<F: Future>(
     let mut body = std::pin::pin!(body);
     let mut sleep = std::pin::pin!(tokio::time::sleep(period));
     let mut renewing: Option<BoxFuture<'_, Result<bool, Error>>> = None;
+    // When the renewal in flight started (timed for the latency histogram only).
+    let mut renew_started: Option<std::time::Instant> = None;
     let mut lost = false;
     std::future::poll_fn(|cx| {
         match catch_unwind(AssertUnwindSafe(|| body.as_mut().poll(cx))) {
@@ -47,16 +51,25 @@ pub(crate) async fn run_leased<F: Future>(
                     break;
                 };
                 renewing = None;
+                if let Some(start) = renew_started.take() {
+                    observe::store_latency(store.backend(), "renew", start.elapsed());
+                }
                 match res {
                     Ok(true) => {}
                     Ok(false) => {
                         // Another attempt holds the key now; completion will be refused.
-                        tracing::warn!(key = %key, token, "idem: lease lost while the body runs");
+                        tracing::warn!(
+                            idem.name = name, idem.key = %KeyPrefix(key), idem.token = token,
+                            "idem: lease lost while the body runs; its result will not be stored"
+                        );
                         lost = true;
                         break;
                     }
                     Err(e) => {
-                        tracing::warn!(key = %key, token, error = %e, "idem: lease renewal failed")
+                        tracing::warn!(
+                            idem.name = name, idem.key = %KeyPrefix(key), idem.token = token,
+                            error = %e, "idem: lease renewal failed; retrying at the next period"
+                        )
                     }
                 }
                 sleep.as_mut().reset(Instant::now() + period);
@@ -65,6 +78,9 @@ pub(crate) async fn run_leased<F: Future>(
                 break;
             }
             renewing = Some(store.renew(key, token, lease));
+            if observe::TIME_BACKGROUND {
+                renew_started = Some(std::time::Instant::now());
+            }
         }
         Poll::Pending
     })

@@ -15,6 +15,7 @@ mod handle;
 pub mod http;
 pub mod key;
 mod lease;
+mod observe;
 mod policy;
 pub mod protocol;
 pub mod store;

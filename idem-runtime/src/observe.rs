@@ -1,0 +1,389 @@
+//! Tracing and metrics of calls: one span per call, one outcome per call, store latency.
+//!
+//! Every call runs in an INFO span `idem.call` with the fields `idem.name`, `idem.store`,
+//! `idem.key` (a 12-hex-digit prefix of the key's digest: never the key or an argument),
+//! `idem.token`, `idem.outcome` and `idem.store_latency_us`. When no subscriber wants the span
+//! (`Span::is_disabled`), nothing is recorded, formatted or timed, so the hot path costs one
+//! callsite check. The call ends with one event: DEBUG for the ordinary outcomes, INFO for a
+//! mismatch (a client reusing a key), WARN for the failures an operator acts on.
+//!
+//! With the cargo feature `metrics` the same outcomes feed the `metrics` facade:
+//! `idem_calls_total{name, outcome}`, `idem_store_latency_seconds{backend, op}`,
+//! `idem_live_claims` (set by the reaper) and `idem_reaper_purged_total`.
+
+use crate::error::Error;
+use crate::key::Digest;
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tracing::field::Empty;
+use tracing::level_filters::LevelFilter;
+use tracing::Span;
+
+/// How a call ended: the `idem.outcome` field and the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The body ran and its result (an `Ok`, or an `Err` a keep policy stores) was stored.
+    Claimed,
+    /// A finished attempt's stored result was returned; the body did not run.
+    Replayed,
+    /// Another attempt holds the key (after `wait`, if any).
+    InProgress,
+    /// The key was used with another fingerprint.
+    Mismatch,
+    /// The body returned an `Err` and the key was released for a retry.
+    Released,
+    /// The attempt outlived its lease; its completion was refused.
+    LeaseLost,
+    /// A store step failed.
+    StoreError,
+    /// A result did not encode, or a stored one did not decode.
+    CodecError,
+    /// The body panicked; the key was released and the panic goes on.
+    Panicked,
+    /// The call was not set up: no installed handle, no key, a key that does not serialize.
+    Invalid,
+    /// The caller dropped the future before it finished; a claim it held lapses after its lease.
+    Dropped,
+}
+
+impl Ended {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Ended::Claimed => "claimed",
+            Ended::Replayed => "replayed",
+            Ended::InProgress => "in-progress",
+            Ended::Mismatch => "mismatch",
+            Ended::Released => "released",
+            Ended::LeaseLost => "lease-lost",
+            Ended::StoreError => "store-error",
+            Ended::CodecError => "codec-error",
+            Ended::Panicked => "panicked",
+            Ended::Invalid => "invalid",
+            Ended::Dropped => "dropped",
+        }
+    }
+}
+
+/// How many hex digits of the key's digest traces show: enough to find the key in the store
+/// (`current_key()` and errors carry the whole digest), short enough for a log line.
+const KEY_PREFIX_HEX: usize = 12;
+
+/// Displays the first [`KEY_PREFIX_HEX`] hex digits of a digest, without allocating.
+pub(crate) struct KeyPrefix<'a>(pub(crate) &'a Digest);
+
+impl fmt::Display for KeyPrefix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; KEY_PREFIX_HEX];
+        for (i, b) in self.0 .0.iter().take(KEY_PREFIX_HEX / 2).enumerate() {
+            buf[2 * i] = HEX[(b >> 4) as usize];
+            buf[2 * i + 1] = HEX[(b & 0xf) as usize];
+        }
+        // Only ASCII hex digits were written.
+        f.write_str(std::str::from_utf8(&buf).unwrap_or_default())
+    }
+}
+
+/// The span of one call, or `None` when no subscriber wants it. Created before the call is
+/// set up, so that a call that fails to set up is traced too; the rest of its fields are
+/// recorded as they become known.
+pub(crate) fn call_span(name: &str) -> Option<Span> {
+    // The macro's first check, done here so that without a subscriber at INFO nothing else
+    // runs: not the disabled span's `log`-compatibility path (tracing's `log` feature is on,
+    // sqlx turns it on), not its enter, exit and drop on every poll.
+    if tracing::Level::INFO > LevelFilter::current() {
+        return None;
+    }
+    let span = tracing::info_span!(
+        "idem.call",
+        idem.name = name,
+        idem.store = Empty,
+        idem.key = Empty,
+        idem.token = Empty,
+        idem.outcome = Empty,
+        idem.store_latency_us = Empty,
+    );
+    (!span.is_disabled()).then_some(span)
+}
+
+/// A call's future inside its span (when it has one): like `tracing::Instrumented`, at no cost
+/// without a span. The future is boxed, so this is `Unpin` and two words plus the span.
+pub(crate) struct InSpan<F> {
+    span: Option<Span>,
+    /// `None` only while being dropped.
+    fut: Option<Pin<Box<F>>>,
+}
+
+impl<F> InSpan<F> {
+    pub(crate) fn new(span: Option<Span>, fut: Pin<Box<F>>) -> Self {
+        InSpan {
+            span,
+            fut: Some(fut),
+        }
+    }
+}
+
+impl<F: Future> Future for InSpan<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let fut = this
+            .fut
+            .as_mut()
+            .expect("an InSpan is polled only before its drop");
+        match &this.span {
+            Some(span) => span.in_scope(|| fut.as_mut().poll(cx)),
+            None => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F> Drop for InSpan<F> {
+    /// A future dropped mid-call reports `dropped` from its drop: inside the span, as events
+    /// of a poll would be.
+    fn drop(&mut self) {
+        match &self.span {
+            Some(span) => span.in_scope(|| drop(self.fut.take())),
+            None => drop(self.fut.take()),
+        }
+    }
+}
+
+/// What one call reports: its outcome, token and store time, into its span and the metrics.
+/// Reports on drop, so that every way out of a call (a return, a panic going on, the caller
+/// dropping the future) reports exactly once.
+pub(crate) struct Obs {
+    /// Fields are recorded only when a subscriber wants the span.
+    span: Option<Span>,
+    /// Store steps are timed when they are traced or counted, not otherwise.
+    timed: bool,
+    /// The namespace as written (for a step: without its parent's key).
+    name: Cow<'static, str>,
+    backend: &'static str,
+    key: Option<Digest>,
+    token: Option<u64>,
+    store_time: Duration,
+    outcome: Option<Ended>,
+    /// This call counts in the process's live-claims gauge until it reports.
+    #[cfg(feature = "metrics")]
+    holds_claim: bool,
+}
+
+impl Obs {
+    pub(crate) fn new(span: Option<Span>, name: Cow<'static, str>) -> Obs {
+        Obs {
+            timed: span.is_some() || cfg!(feature = "metrics"),
+            span,
+            name,
+            backend: "",
+            key: None,
+            token: None,
+            store_time: Duration::ZERO,
+            outcome: None,
+            #[cfg(feature = "metrics")]
+            holds_claim: false,
+        }
+    }
+
+    /// The call is set up: its store and key are known.
+    pub(crate) fn prepared(&mut self, backend: &'static str, key: &Digest) {
+        self.backend = backend;
+        self.key = Some(*key);
+        if let Some(span) = &self.span {
+            span.record("idem.store", backend);
+            span.record("idem.key", tracing::field::display(KeyPrefix(key)));
+        }
+    }
+
+    /// This call holds the key with `token`: it runs the body.
+    pub(crate) fn claimed(&mut self, token: u64) {
+        self.token = Some(token);
+        if let Some(span) = &self.span {
+            span.record("idem.token", token);
+        }
+        #[cfg(feature = "metrics")]
+        {
+            self.holds_claim = true;
+            metrics_impl::LIVE_CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Runs one store step, adding its round trip to this call's store time.
+    pub(crate) async fn store<F: Future>(&mut self, op: &'static str, step: F) -> F::Output {
+        if !self.timed {
+            return step.await;
+        }
+        let start = Instant::now();
+        let out = step.await;
+        let took = start.elapsed();
+        self.store_time += took;
+        store_latency(self.backend, op, took);
+        out
+    }
+
+    /// The call ends with `outcome` (not an error of its own).
+    pub(crate) fn done(&mut self, outcome: Ended) {
+        self.outcome = Some(outcome);
+    }
+
+    /// The call ends with `e`. The failures an operator acts on get a WARN event here, where
+    /// the error is still at hand; none of them carries a key or an argument value.
+    pub(crate) fn fail(&mut self, e: &Error) {
+        let ended = match e {
+            Error::InProgress { .. } => Ended::InProgress,
+            Error::Mismatch { .. } => Ended::Mismatch,
+            Error::LeaseLost { .. } => Ended::LeaseLost,
+            Error::Store(_) => Ended::StoreError,
+            Error::Codec(_) => Ended::CodecError,
+            Error::Key(_) | Error::Config(_) => Ended::Invalid,
+        };
+        self.outcome = Some(ended);
+        let outcome = ended.as_str();
+        let key = self.key.as_ref().map(KeyPrefix);
+        let key = tracing::field::display(OptDisplay(key));
+        let token = tracing::field::display(OptDisplay(self.token));
+        match e {
+            Error::LeaseLost { token, .. } => tracing::warn!(
+                idem.name = &*self.name, idem.key = key, idem.token = *token,
+                idem.outcome = outcome,
+                "idem: the call outlived its lease and another attempt took over; its result was not stored"
+            ),
+            // The backend's message names the step and what went wrong; keys reach stores only
+            // as digests, so it cannot hold a key's value.
+            Error::Store(err) => tracing::warn!(
+                idem.name = &*self.name, idem.key = key, idem.token = token,
+                idem.outcome = outcome, error = %err,
+                "idem: store failed"
+            ),
+            // Not the codec's message: it may quote the value (a result or an `Err`).
+            Error::Codec(err) => tracing::warn!(
+                idem.name = &*self.name, idem.key = key, idem.token = token,
+                idem.outcome = outcome, kind = ?err.kind, type_name = err.type_name,
+                "idem: a result did not encode, or a stored result did not decode"
+            ),
+            // A configuration message names no value; a key's serialization error may quote one.
+            Error::Config(msg) => tracing::warn!(
+                idem.name = &*self.name, idem.outcome = outcome, error = %msg,
+                "idem: call not set up"
+            ),
+            Error::Key(_) => tracing::warn!(
+                idem.name = &*self.name, idem.outcome = outcome,
+                "idem: the key, scope or fingerprint could not be serialized"
+            ),
+            Error::InProgress { .. } | Error::Mismatch { .. } => {}
+        }
+    }
+}
+
+impl Drop for Obs {
+    fn drop(&mut self) {
+        let ended = self.outcome.unwrap_or(Ended::Dropped);
+        let outcome = ended.as_str();
+        let latency_us = u64::try_from(self.store_time.as_micros()).unwrap_or(u64::MAX);
+        if let Some(span) = &self.span {
+            span.record("idem.outcome", outcome);
+            span.record("idem.store_latency_us", latency_us);
+        }
+        // The WARN outcomes had their event in `fail`; the rest get theirs here, inside the
+        // span, which carries the name, key and token.
+        match ended {
+            Ended::Mismatch => tracing::info!(
+                idem.outcome = outcome,
+                idem.store_latency_us = latency_us,
+                "idem: key reused with other arguments"
+            ),
+            Ended::Panicked => tracing::warn!(
+                idem.name = &*self.name,
+                idem.key = %OptDisplay(self.key.as_ref().map(KeyPrefix)),
+                idem.token = %OptDisplay(self.token),
+                idem.outcome = outcome,
+                "idem: the body panicked; key released"
+            ),
+            Ended::Claimed
+            | Ended::Replayed
+            | Ended::InProgress
+            | Ended::Released
+            | Ended::Dropped => tracing::debug!(
+                idem.outcome = outcome,
+                idem.store_latency_us = latency_us,
+                "idem: call finished"
+            ),
+            Ended::LeaseLost | Ended::StoreError | Ended::CodecError | Ended::Invalid => {}
+        }
+        #[cfg(feature = "metrics")]
+        {
+            if self.holds_claim {
+                metrics_impl::LIVE_CLAIMS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            metrics_impl::count_call(std::mem::take(&mut self.name), outcome);
+        }
+    }
+}
+
+/// `Some(v)` as `v`, `None` as `-`.
+struct OptDisplay<T>(Option<T>);
+
+impl<T: fmt::Display> fmt::Display for OptDisplay<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// Records one store round trip in `idem_store_latency_seconds` (feature `metrics`).
+#[inline]
+pub(crate) fn store_latency(backend: &'static str, op: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("idem_store_latency_seconds", "backend" => backend, "op" => op)
+        .record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (backend, op, took);
+}
+
+/// Whether store steps outside a call (renewals, purges) are timed: only for metrics.
+pub(crate) const TIME_BACKGROUND: bool = cfg!(feature = "metrics");
+
+/// One reaper pass: `purged` records deleted; refreshes the live-claims gauge.
+pub(crate) fn reaper_tick(purged: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("idem_reaper_purged_total").increment(purged);
+        let live = metrics_impl::LIVE_CLAIMS.load(std::sync::atomic::Ordering::Relaxed);
+        metrics::gauge!("idem_live_claims").set(live as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = purged;
+}
+
+#[cfg(feature = "metrics")]
+mod metrics_impl {
+    use std::borrow::Cow;
+    use std::sync::atomic::AtomicI64;
+
+    /// Calls of this process that hold a claim and run their body. Process-local: a store-wide
+    /// count would need a query of every store, and the stores do not have one.
+    pub(super) static LIVE_CLAIMS: AtomicI64 = AtomicI64::new(0);
+
+    pub(super) fn count_call(name: Cow<'static, str>, outcome: &'static str) {
+        metrics::counter!("idem_calls_total", "name" => name, "outcome" => outcome).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_prefix_is_the_start_of_the_hex_digest() {
+        let d = Digest([0xab; 32]);
+        assert_eq!(KeyPrefix(&d).to_string(), "abababababab");
+        assert!(d.to_hex().starts_with(&KeyPrefix(&d).to_string()));
+    }
+}
