@@ -711,15 +711,27 @@ async fn completions_notify_one_shared_listener() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let listening: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
-    )
-    .bind(&app)
-    .fetch_one(&admin)
-    .await
-    .unwrap();
-    assert_eq!(listening, 1, "one shared listener connection");
+    let listening = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+        )
+        .bind(&app)
+        .fetch_one(&admin)
+        .await
+        .unwrap()
+    };
+    // Wait for the waiters to subscribe (slow on a loaded machine), never seeing two listeners.
+    let started = std::time::Instant::now();
+    loop {
+        let n = listening().await;
+        assert!(n <= 1, "{n} listener connections for one store");
+        if n == 1 || started.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(listening().await, 1, "one shared listener connection");
     go_tx.send(()).unwrap();
     assert_eq!(slow.await.unwrap().unwrap(), Outcome::Fresh(1));
     for w in waiters {

@@ -46,13 +46,10 @@ pub struct Call {
     idem: Option<Idem>,
     name: Cow<'static, str>,
     step: bool,
-    key: Option<Vec<u8>>,
-    scope: Option<Vec<u8>>,
-    fingerprint: Option<Vec<u8>>,
+    parts: key::KeyParts,
     ttl: Option<Duration>,
     lease: Option<Duration>,
     wait: Option<Option<Duration>>,
-    error: Option<Error>,
 }
 
 /// Everything a call needs once it is set up.
@@ -84,44 +81,30 @@ impl Call {
             idem,
             name,
             step: false,
-            key: None,
-            scope: None,
-            fingerprint: None,
+            parts: key::KeyParts::default(),
             ttl: None,
             lease: None,
             wait: None,
-            error: None,
-        }
-    }
-
-    fn encode<T: Serialize + ?Sized>(&mut self, what: &str, v: &T) -> Option<Vec<u8>> {
-        match key::canonical(v) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                self.error
-                    .get_or_insert(Error::Key(format!("{what} of {}: {e}", self.name)));
-                None
-            }
         }
     }
 
     /// The key: the same on every retry of one logical operation. Any `Serialize` value; it is
     /// stored only as a digest, so its size and content (NUL bytes, empty) do not matter.
     pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-        self.key = self.encode("key", key);
+        self.parts.key = self.parts.encode(&self.name, "key", key);
         self
     }
 
     /// A tenant or principal: the same key in two scopes is two different keys.
     pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-        self.scope = self.encode("scope", scope);
+        self.parts.scope = self.parts.encode(&self.name, "scope", scope);
         self
     }
 
     /// What must match on a repeat with the same key (default: the key itself). A repeat with
     /// another fingerprint is refused with [`Error::Mismatch`].
     pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-        self.fingerprint = self.encode("fingerprint", fingerprint);
+        self.parts.fingerprint = self.parts.encode(&self.name, "fingerprint", fingerprint);
         self
     }
 
@@ -153,14 +136,14 @@ impl Call {
     }
 
     fn prepare(mut self) -> Result<Prepared, Error> {
-        if let Some(e) = self.error {
+        if let Some(e) = self.parts.error.take() {
             return Err(e);
         }
         let parent = if self.step { context::current() } else { None };
         if let Some(parent) = &parent {
             self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
             self.idem = self.idem.or_else(|| parent.idem.clone());
-            self.scope = self.scope.or_else(|| parent.scope.clone());
+            self.parts.scope = self.parts.scope.or_else(|| parent.scope.clone());
         }
         let idem = match self.idem.take() {
             Some(idem) => idem,
@@ -172,9 +155,7 @@ impl Call {
                 )
             })?,
         };
-        let key_bytes = self
-            .key
-            .ok_or_else(|| Error::Config(format!("idempotent call {} has no key", self.name)))?;
+        let (key, fingerprint) = self.parts.digests(&self.name)?;
         let defaults = *idem.defaults();
         let mut ttl = self.ttl.unwrap_or(defaults.ttl);
         if let Some(parent) = &parent {
@@ -188,15 +169,12 @@ impl Call {
                 self.name
             )));
         }
-        let key = key::key_digest(&self.name, self.scope.as_deref(), &key_bytes);
-        let fingerprint =
-            key::fingerprint_digest(self.fingerprint.as_deref().unwrap_or(&key_bytes));
         Ok(Prepared {
             idem,
             name: self.name,
             key,
             fingerprint,
-            scope: self.scope,
+            scope: self.parts.scope,
             ttl,
             lease,
             wait: self.wait.unwrap_or(defaults.wait),

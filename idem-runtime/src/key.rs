@@ -520,6 +520,52 @@ impl ser::SerializeStructVariant for Map<'_> {
     }
 }
 
+/// What one call is keyed by, as canonical bytes, gathered by the builders of
+/// [`crate::Call`] and of the PostgreSQL transactional mode, so both compute one key alike.
+#[derive(Debug, Default)]
+pub(crate) struct KeyParts {
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) scope: Option<Vec<u8>>,
+    pub(crate) fingerprint: Option<Vec<u8>>,
+    /// The first value that did not encode: builders cannot fail, so it is reported at `run`.
+    pub(crate) error: Option<crate::Error>,
+}
+
+impl KeyParts {
+    /// The canonical bytes of `v`, or `None` with the error kept for later.
+    pub(crate) fn encode<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        what: &str,
+        v: &T,
+    ) -> Option<Vec<u8>> {
+        match canonical(v) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.error
+                    .get_or_insert(crate::Error::Key(format!("{what} of {name}: {e}")));
+                None
+            }
+        }
+    }
+
+    /// The key's and the fingerprint's digests in namespace `name` (the fingerprint defaults
+    /// to the key), or the error a builder kept, or `Config` when no key was given.
+    pub(crate) fn digests(&mut self, name: &str) -> Result<(Digest, Digest), crate::Error> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let key = self
+            .key
+            .as_deref()
+            .ok_or_else(|| crate::Error::Config(format!("idempotent call {name} has no key")))?;
+        Ok((
+            key_digest(name, self.scope.as_deref(), key),
+            fingerprint_digest(self.fingerprint.as_deref().unwrap_or(key)),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,12 +83,9 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct TxCall {
     name: Cow<'static, str>,
-    key: Option<Vec<u8>>,
-    scope: Option<Vec<u8>>,
-    fingerprint: Option<Vec<u8>>,
+    parts: key::KeyParts,
     ttl: Duration,
     lease: Duration,
-    error: Option<Error>,
 }
 
 /// What a transactional claim found.
@@ -146,42 +143,28 @@ impl TxCall {
     pub fn new(name: impl Into<Cow<'static, str>>) -> TxCall {
         TxCall {
             name: name.into(),
-            key: None,
-            scope: None,
-            fingerprint: None,
+            parts: key::KeyParts::default(),
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
-            error: None,
-        }
-    }
-
-    fn encode<T: Serialize + ?Sized>(&mut self, what: &str, v: &T) -> Option<Vec<u8>> {
-        match key::canonical(v) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                self.error
-                    .get_or_insert(Error::Key(format!("{what} of {}: {e}", self.name)));
-                None
-            }
         }
     }
 
     /// The key (any `Serialize`), the same on every retry; the same digest as [`crate::Call`]
     /// computes, so a key is one key whichever mode calls it.
     pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-        self.key = self.encode("key", key);
+        self.parts.key = self.parts.encode(&self.name, "key", key);
         self
     }
 
     /// A tenant or principal.
     pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-        self.scope = self.encode("scope", scope);
+        self.parts.scope = self.parts.encode(&self.name, "scope", scope);
         self
     }
 
     /// What must match on a repeat (default: the key).
     pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-        self.fingerprint = self.encode("fingerprint", fingerprint);
+        self.parts.fingerprint = self.parts.encode(&self.name, "fingerprint", fingerprint);
         self
     }
 
@@ -202,11 +185,11 @@ impl TxCall {
     /// `&mut sqlx::Transaction<'_, Postgres>` coerces). Waits while another open transaction
     /// holds the key (see the module docs). `InProgress` and `Mismatch` come back as errors.
     pub async fn claim(
-        self,
+        mut self,
         store: &PostgresStore,
         conn: &mut PgConnection,
     ) -> Result<TxStep, Error> {
-        if let Some(e) = self.error {
+        if let Some(e) = self.parts.error.take() {
             return Err(e);
         }
         if !conn.is_in_transaction() {
@@ -216,12 +199,7 @@ impl TxCall {
                 self.name
             )));
         }
-        let key_bytes = self
-            .key
-            .ok_or_else(|| Error::Config(format!("idempotent call {} has no key", self.name)))?;
-        let key = key::key_digest(&self.name, self.scope.as_deref(), &key_bytes);
-        let fingerprint =
-            key::fingerprint_digest(self.fingerprint.as_deref().unwrap_or(&key_bytes));
+        let (key, fingerprint) = self.parts.digests(&self.name)?;
         let claim = Claim {
             name: &self.name,
             key: &key,
