@@ -161,6 +161,53 @@ impl From<Error> for TestError {
     }
 }
 
+/// A stampede: `duplicates` concurrent calls of one new key (in a namespace of its own), all
+/// released at once, each waiting (up to 60 s) for the attempt in flight. Panics unless the body
+/// ran exactly once and every caller got its value (one fresh, the others replayed). Returns the
+/// time from spawning the calls until the last one had its answer. Used by
+/// `tests/contention.rs` and `benches/contention.rs`.
+pub async fn stampede(idem: &Idem, duplicates: usize) -> Duration {
+    let name = unique("stampede");
+    let c = Counter::default();
+    let barrier = Arc::new(tokio::sync::Barrier::new(duplicates));
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..duplicates)
+        .map(|_| {
+            let (idem, name, c, barrier) = (idem.clone(), name.clone(), c.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                idem.call(name)
+                    .key("k")
+                    .wait(Duration::from_secs(60))
+                    .run(async move {
+                        let n = c.hit();
+                        // Long enough that the duplicates find the attempt in flight.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        Ok::<_, Failure>(n)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for t in tasks {
+        let out = t.await.expect("a stampede task").expect("a stampede call");
+        fresh += usize::from(!out.is_replayed());
+        assert_eq!(
+            out.into_inner(),
+            1,
+            "every caller gets the one execution's value"
+        );
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        (fresh, c.get()),
+        (1, 1),
+        "{duplicates} duplicates: exactly one execution, exactly one fresh answer"
+    );
+    elapsed
+}
+
 /// The scenarios. Each takes a handle on the store under test.
 pub mod scenarios {
     use super::*;
