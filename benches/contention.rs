@@ -11,6 +11,8 @@ use idem::Idem;
 use std::time::Duration;
 
 const DUPLICATES: usize = 1000;
+/// How long the one execution takes: the others find it in flight and wait for its result.
+const BODY: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -47,7 +49,7 @@ fn bench(c: &mut Criterion) {
             |b, idem: &Idem| {
                 b.iter_custom(|iters| {
                     (0..iters)
-                        .map(|_| rt.block_on(stampede(idem, DUPLICATES)))
+                        .map(|_| rt.block_on(stampede(idem, DUPLICATES, BODY)))
                         .sum()
                 })
             },

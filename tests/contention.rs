@@ -5,6 +5,8 @@ use idem::testkit::{service_url, stampede};
 use idem::Idem;
 
 const DUPLICATES: usize = 1000;
+/// How long the one execution takes: the others find it in flight and wait for its result.
+const BODY: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn run(open: impl std::future::Future<Output = Option<Idem>>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -14,7 +16,7 @@ fn run(open: impl std::future::Future<Output = Option<Idem>>) {
         .expect("tokio runtime");
     rt.block_on(async {
         if let Some(idem) = open.await {
-            let took = stampede(&idem, DUPLICATES).await;
+            let took = stampede(&idem, DUPLICATES, BODY).await;
             eprintln!("{DUPLICATES} duplicates answered in {took:?}");
         }
     });
