@@ -35,19 +35,21 @@ enum Db {
 }
 
 impl Db {
-    /// Adds live rows numbered `from..=to` (their keys are distinct from any idem key).
-    async fn fill(&self, from: i64, to: i64) {
+    /// Adds rows numbered `from..=to` that live until `expires_at` (ms; 1 = expired long ago),
+    /// in one statement. Their keys are distinct from any idem key and from each other.
+    async fn fill(&self, from: i64, to: i64, expires_at: i64) {
         match self {
             #[cfg(feature = "postgres")]
             Db::Pg(pool) => {
                 use idem::store::postgres::sqlx;
                 sqlx::query(&format!(
                     "INSERT INTO {TABLE} (key, name, fingerprint, token, status, value, created_at, expires_at) \
-                     SELECT sha256(int8send(g)), 'fill', sha256(int8send(g)), 1, 1, '\\x01'::bytea, 0, 9000000000000000 \
+                     SELECT sha256(int8send(g)), 'fill', sha256(int8send(g)), 1, 1, '\\x01'::bytea, 0, $3 \
                      FROM generate_series($1::bigint, $2::bigint) g"
                 ))
                 .bind(from)
                 .bind(to)
+                .bind(expires_at)
                 .execute(pool)
                 .await
                 .unwrap();
@@ -60,10 +62,11 @@ impl Db {
                 sqlx::query(&format!(
                     "INSERT INTO {TABLE} (key, name, fingerprint, token, status, value, created_at, expires_at) \
                      WITH RECURSIVE g(n) AS (SELECT ?1 UNION ALL SELECT n + 1 FROM g WHERE n < ?2) \
-                     SELECT randomblob(32), 'fill', randomblob(32), 1, 1, x'01', 0, 9000000000000000 FROM g"
+                     SELECT randomblob(32), 'fill', randomblob(32), 1, 1, x'01', 0, ?3 FROM g"
                 ))
                 .bind(from)
                 .bind(to)
+                .bind(expires_at)
                 .execute(pool)
                 .await
                 .unwrap();
@@ -71,37 +74,10 @@ impl Db {
             }
         }
     }
-
-    /// Adds `n` rows that expired long ago (what `purge_expired` deletes).
-    async fn fill_expired(&self, n: i64) {
-        match self {
-            #[cfg(feature = "postgres")]
-            Db::Pg(pool) => {
-                use idem::store::postgres::sqlx;
-                sqlx::query(&format!(
-                    "INSERT INTO {TABLE} (key, name, fingerprint, token, status, value, created_at, expires_at) \
-                     SELECT sha256(int8send(-g)), 'expired', sha256(int8send(g)), 1, 1, '\\x01'::bytea, 0, 1 \
-                     FROM generate_series(1::bigint, $1::bigint) g"
-                ))
-                .bind(n)
-                .execute(pool)
-                .await
-                .unwrap();
-            }
-            Db::Lite(pool) => {
-                sqlx::query(&format!(
-                    "INSERT INTO {TABLE} (key, name, fingerprint, token, status, value, created_at, expires_at) \
-                     WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?1) \
-                     SELECT randomblob(32), 'expired', randomblob(32), 1, 1, x'01', 0, 1 FROM g"
-                ))
-                .bind(n)
-                .execute(pool)
-                .await
-                .unwrap();
-            }
-        }
-    }
 }
+
+/// Far in the future: a live row.
+const LIVE: i64 = 9_000_000_000_000_000;
 
 async fn call(idem: &Idem, n: u64) -> bool {
     idem.call("bench")
@@ -163,7 +139,8 @@ async fn purge(label: &str, idem: &Idem, db: &Db, live: i64) -> String {
     stop.store(true, Ordering::Relaxed);
     let quiet = quiet.await.unwrap();
 
-    db.fill_expired(EXPIRED).await;
+    // Negative numbers: keys no live row has.
+    db.fill(-EXPIRED, -1, 1).await;
     let stop = Arc::new(AtomicBool::new(false));
     let busy = tokio::spawn({
         let (idem, stop) = (idem.clone(), stop.clone());
@@ -245,7 +222,7 @@ fn bench(c: &mut Criterion) {
             .measurement_time(Duration::from_secs(2));
         for size in sizes() {
             let started = Instant::now();
-            rt.block_on(db.fill(filled + 1, size));
+            rt.block_on(db.fill(filled + 1, size, LIVE));
             filled = size;
             eprintln!("{label}: {size} live rows in {:?}", started.elapsed());
             g.bench_with_input(BenchmarkId::new("fresh", size), &size, |b, _| {
