@@ -162,10 +162,11 @@ fn markdown(benches: &[Bench], by_id: &BTreeMap<(String, String, String), f64>) 
          `cargo run --release --example bench_report`) from criterion's medians. Time is per \
          call; at concurrency *c*, *c* tasks call in a loop on a 2-worker tokio runtime, so \
          the time per call is wall time / calls (the inverse of throughput). Ratios are \
-         idem / the other variant, measured in the same run.\n\n\
-         ![calls per second](benchmarks.svg)\n"
+         idem / the other variant, measured in the same run. Host: {} hardware threads.\n\n\
+         ![calls per second](benchmarks.svg)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let _ = writeln!(md, "## idem against its floor and its peers\n");
+    let _ = writeln!(md, "## idem against its floor\n");
     let _ = writeln!(
         md,
         "| store | call | c | idem | calls/s | floor | idem − floor | idem / floor | others (idem / other) |"
@@ -183,7 +184,13 @@ fn markdown(benches: &[Bench], by_id: &BTreeMap<(String, String, String), f64>) 
                     Some(&f) => (
                         format!("{} ({floor})", time(f)),
                         time(idem - f),
-                        format!("{:.2}", idem / f),
+                        // A floor of a few ns (no I/O) makes a ratio meaningless: the
+                        // difference is the figure then.
+                        if f * 100.0 < idem {
+                            "—".to_string()
+                        } else {
+                            format!("{:.2}", idem / f)
+                        },
                     ),
                     None => ("—".into(), "—".into(), "—".into()),
                 };
@@ -301,7 +308,8 @@ fn chart(
                 .into_iter()
                 .filter_map(|c: f64| {
                     let id = (format!("{store}/{mode}"), "idem".into(), c.to_string());
-                    by_id.get(&id).map(|ns| (c, 1e9 / ns))
+                    // x is log2(c): the axis is labelled 1, 2, 4, … 64.
+                    by_id.get(&id).map(|ns| (c.log2(), 1e9 / ns))
                 })
                 .collect();
             if !points.is_empty() {
@@ -325,13 +333,15 @@ fn chart(
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d((0.8f64..80f64).log_scale(), (lo..hi).log_scale())?;
+        .build_cartesian_2d(-0.3f64..6.3f64, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("concurrent callers")
         .y_desc("calls per second")
-        .x_labels(8)
+        .x_labels(7)
+        .x_label_formatter(&|x| format!("{}", 2f64.powf(x.round())))
         .y_labels(10)
+        .y_label_formatter(&|y| rate(1e9 / y).replace("/s", ""))
         .draw()?;
     for (label, store, mode, points) in &series {
         // One colour per store: fresh calls thick, replays thin.
