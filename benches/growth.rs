@@ -7,6 +7,8 @@
 //! `synchronous = NORMAL` (WAL): with a flush per commit, the disk is all a fresh call measures
 //! and index depth would not show. PostgreSQL needs `IDEM_TEST_POSTGRES_URL`.
 //!
+//! `IDEM_BENCH_GROWTH_STORES=postgres` (or `sqlite`) runs one store only.
+//!
 //! `cargo bench --bench growth --all-features`. The purge figures are printed and written to
 //! `target/criterion/idem-notes/purge.md`, which `examples/bench_report.rs` includes.
 
@@ -173,6 +175,8 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut targets: Vec<(&str, Idem, Db)> = Vec::new();
+    let only = std::env::var("IDEM_BENCH_GROWTH_STORES").unwrap_or_default();
+    let wanted = |store: &str| only.is_empty() || only.split(',').any(|s| s.trim() == store);
     rt.block_on(async {
         let url = format!("sqlite://{}", dir.path().join("growth.db").display());
         let store = SqliteStore::options(&url)
@@ -182,10 +186,12 @@ fn bench(c: &mut Criterion) {
             .await
             .unwrap();
         let pool = store.pool().clone();
-        targets.push(("sqlite", Idem::from_store(store), Db::Lite(pool)));
+        if wanted("sqlite") {
+            targets.push(("sqlite", Idem::from_store(store), Db::Lite(pool)));
+        }
         #[cfg(feature = "postgres")]
         match std::env::var("IDEM_TEST_POSTGRES_URL") {
-            Ok(url) => {
+            Ok(url) if wanted("postgres") => {
                 use idem::store::postgres::{sqlx, PostgresOptions, PostgresStore};
                 let sep = if url.contains('?') { '&' } else { '?' };
                 let url = format!("{url}{sep}options=-c%20synchronous_commit%3Doff");
@@ -198,6 +204,7 @@ fn bench(c: &mut Criterion) {
                 let pool = store.pool().clone();
                 targets.push(("postgres", store.idem(), Db::Pg(pool)));
             }
+            Ok(_) => {}
             Err(_) => eprintln!("skipped: postgres growth (IDEM_TEST_POSTGRES_URL is not set)"),
         }
     });
