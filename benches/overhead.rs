@@ -1,13 +1,17 @@
 //! Call overhead of `#[idempotent]` on the memory and SQLite stores, fresh and replay, against
 //! the same function without the attribute, all measured in one run.
 //!
+//! Then the same at concurrency 1, 16 and 64 on a 2-worker runtime (groups `memory/fresh`,
+//! `memory/replay`, `sqlite/fresh`, `sqlite/replay`; variants `idem` and `no_attribute`), the
+//! shape every store's bench has, for `benches/report.sh`.
+//!
 //! `cargo bench --bench overhead`
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use idem::{idempotent, Idem};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Receipt {
@@ -69,5 +73,93 @@ fn overhead(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, overhead);
+/// Keys the replays read, stored before they run (spread over the memory store's shards).
+const REPLAY_KEYS: u64 = 1024;
+
+/// Runs `iters` calls of `op` spread over `conc` tasks; returns the wall time.
+async fn drive<F, Fut>(conc: u64, iters: u64, op: F) -> Duration
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let per = iters.div_ceil(conc);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conc)
+        .map(|t| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                for j in 0..per {
+                    op(t * per + j).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Scale to the requested count so criterion's per-iteration time stays exact.
+    start.elapsed().mul_f64(iters as f64 / (per * conc) as f64)
+}
+
+fn concurrent_store(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &str, idem: &Idem) {
+    rt.block_on(async {
+        for n in 0..REPLAY_KEYS {
+            protected(n, 100, idem).await.unwrap();
+        }
+    });
+    for (mode, fresh) in [("replay", false), ("fresh", true)] {
+        let mut g = c.benchmark_group(format!("{store}/{mode}"));
+        g.sample_size(10)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(2))
+            .throughput(Throughput::Elements(1));
+        for conc in [1u64, 16, 64] {
+            let key = move |i: u64| {
+                if fresh {
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                } else {
+                    i % REPLAY_KEYS
+                }
+            };
+            let h = idem.clone();
+            g.bench_with_input(BenchmarkId::new("idem", conc), &conc, |b, &conc| {
+                b.iter_custom(|iters| {
+                    let h = h.clone();
+                    rt.block_on(drive(conc, iters, move |i| {
+                        let h = h.clone();
+                        async move {
+                            protected(key(i), 100, &h).await.unwrap();
+                        }
+                    }))
+                })
+            });
+            g.bench_with_input(BenchmarkId::new("no_attribute", conc), &conc, |b, &conc| {
+                b.iter_custom(|iters| {
+                    rt.block_on(drive(conc, iters, move |i| async move {
+                        plain(key(i), 100).await.unwrap();
+                    }))
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+fn concurrent(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    concurrent_store(c, &rt, "memory", &Idem::memory());
+    let dir = std::env::temp_dir().join(format!("idem-bench-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("bench.db").display());
+    let sqlite = rt.block_on(Idem::sqlite(&url)).unwrap();
+    concurrent_store(c, &rt, "sqlite", &sqlite);
+    drop(sqlite);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, overhead, concurrent);
 criterion_main!(benches);

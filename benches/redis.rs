@@ -1,6 +1,8 @@
-//! Fresh idempotent calls per second on Redis at concurrency 1, 16 and 64: idem against raw
-//! redis-rs running the same two scripts (claim, complete) on a `ConnectionManager`, so the
-//! difference is idem's own work (key derivation, codec, protocol, the store's bookkeeping).
+//! Idempotent calls per second on Redis at concurrency 1, 16 and 64, fresh (`redis/fresh`) and
+//! replayed (`redis/replay`): idem against raw redis-rs running the same scripts (fresh: claim
+//! and complete; replay: the claim that finds the finished record) on a `ConnectionManager`,
+//! so the difference is idem's own work (key derivation, codec, protocol, the store's
+//! bookkeeping).
 //!
 //! Runs on a private redis-server on a free loopback port (nothing else's load in the numbers);
 //! needs `redis-server` on the PATH. `cargo bench --bench redis --features redis`.
@@ -48,14 +50,18 @@ struct Raw {
     complete: Script,
 }
 
+/// Keys the replays read, stored before they run.
+const REPLAY_KEYS: u64 = 1024;
+/// Replay keys live far from the fresh ones, which count up from 0.
+const REPLAY_BASE: u64 = 1 << 60;
+
 impl Raw {
-    /// The same two script calls idem makes for a fresh call, with arguments of the same shape.
-    async fn call(&self, n: u64) {
-        let key = format!("rawbench:v1:{{{n:064x}}}");
+    /// The claim script idem runs first on every call, with arguments of the same shape.
+    async fn claim(&self, key: &str, n: u64) -> Vec<redis::Value> {
         let mut conn = self.conn.clone();
         let reply: redis::Value = self
             .claim
-            .key(&key)
+            .key(key)
             .arg("bench")
             .arg(&[7u8; 32][..])
             .arg("30000")
@@ -66,6 +72,20 @@ impl Raw {
         let redis::Value::Array(items) = reply else {
             panic!("claim: {reply:?}")
         };
+        items
+    }
+
+    /// A replay: the claim finds the finished record and returns it (idem's one round trip).
+    async fn replay(&self, n: u64) {
+        let items = self.claim(&format!("rawbench:v1:{{{n:064x}}}"), n).await;
+        assert_eq!(items[0], redis::Value::Int(0), "not a replay: {items:?}");
+    }
+
+    /// The same two script calls idem makes for a fresh call, with arguments of the same shape.
+    async fn call(&self, n: u64) {
+        let key = format!("rawbench:v1:{{{n:064x}}}");
+        let mut conn = self.conn.clone();
+        let items = self.claim(&key, n).await;
         let token = match &items[1] {
             redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
             other => panic!("token: {other:?}"),
@@ -75,12 +95,24 @@ impl Raw {
             .key(&key)
             .arg(&token)
             .arg(&b"\x01{\"ok\":1}"[..])
-            .arg("60000")
+            .arg("600000")
             .invoke_async(&mut conn)
             .await
             .unwrap();
         assert_eq!(done, 1);
     }
+}
+
+/// One idem call of key `n`; asserts whether it replayed.
+async fn idem_call(idem: &idem::Idem, n: u64, replayed: bool) {
+    let out = idem
+        .call("bench")
+        .key(&n)
+        .ttl(Duration::from_secs(600))
+        .run(async { Ok::<_, idem::Error>(1u64) })
+        .await
+        .unwrap();
+    assert_eq!(out.is_replayed(), replayed);
 }
 
 fn bench(c: &mut Criterion) {
@@ -105,50 +137,66 @@ fn bench(c: &mut Criterion) {
     });
     let next = Arc::new(AtomicU64::new(0));
 
-    let mut g = c.benchmark_group("redis_fresh_call");
-    g.sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(1));
-    for concurrency in [1u64, 16, 64] {
-        g.bench_with_input(
-            BenchmarkId::new("idem", concurrency),
-            &concurrency,
-            |b, &concurrency| {
-                b.to_async(&rt).iter_custom(|iters| {
-                    let (idem, next) = (idem.clone(), next.clone());
-                    spread(iters, concurrency, move || {
+    rt.block_on(async {
+        for n in REPLAY_BASE..REPLAY_BASE + REPLAY_KEYS {
+            idem_call(&idem, n, false).await;
+            raw.call(n).await;
+        }
+    });
+    for (mode, replay) in [("replay", true), ("fresh", false)] {
+        // A replay reads one of the stored keys; a fresh call takes a new one.
+        let key = move |n: u64| {
+            if replay {
+                REPLAY_BASE + n % REPLAY_KEYS
+            } else {
+                n
+            }
+        };
+        let mut g = c.benchmark_group(format!("redis/{mode}"));
+        g.sample_size(20)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3))
+            .throughput(Throughput::Elements(1));
+        for concurrency in [1u64, 16, 64] {
+            g.bench_with_input(
+                BenchmarkId::new("idem", concurrency),
+                &concurrency,
+                |b, &concurrency| {
+                    b.to_async(&rt).iter_custom(|iters| {
                         let (idem, next) = (idem.clone(), next.clone());
-                        async move {
-                            let n = next.fetch_add(1, Ordering::Relaxed);
-                            let out = idem
-                                .call("bench")
-                                .key(&n)
-                                .ttl(Duration::from_secs(60))
-                                .run(async { Ok::<_, idem::Error>(1u64) })
-                                .await
-                                .unwrap();
-                            assert!(!out.is_replayed());
-                        }
+                        spread(iters, concurrency, move || {
+                            let (idem, next) = (idem.clone(), next.clone());
+                            async move {
+                                let n = key(next.fetch_add(1, Ordering::Relaxed));
+                                idem_call(&idem, n, replay).await
+                            }
+                        })
                     })
-                })
-            },
-        );
-        g.bench_with_input(
-            BenchmarkId::new("raw", concurrency),
-            &concurrency,
-            |b, &concurrency| {
-                b.to_async(&rt).iter_custom(|iters| {
-                    let (raw, next) = (raw.clone(), next.clone());
-                    spread(iters, concurrency, move || {
+                },
+            );
+            g.bench_with_input(
+                BenchmarkId::new("raw", concurrency),
+                &concurrency,
+                |b, &concurrency| {
+                    b.to_async(&rt).iter_custom(|iters| {
                         let (raw, next) = (raw.clone(), next.clone());
-                        async move { raw.call(next.fetch_add(1, Ordering::Relaxed)).await }
+                        spread(iters, concurrency, move || {
+                            let (raw, next) = (raw.clone(), next.clone());
+                            async move {
+                                let n = key(next.fetch_add(1, Ordering::Relaxed));
+                                if replay {
+                                    raw.replay(n).await
+                                } else {
+                                    raw.call(n).await
+                                }
+                            }
+                        })
                     })
-                })
-            },
-        );
+                },
+            );
+        }
+        g.finish();
     }
-    g.finish();
     drop(server);
 }
 

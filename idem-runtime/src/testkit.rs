@@ -161,6 +161,52 @@ impl From<Error> for TestError {
     }
 }
 
+/// A stampede: `duplicates` concurrent calls of one new key (in a namespace of its own), all
+/// released at once, each waiting (up to 60 s) for the attempt in flight, whose body takes
+/// `body` (long enough that the duplicates find it in flight). Panics unless the body ran
+/// exactly once and every caller got its value (one fresh, the others replayed). Returns the
+/// time from spawning the calls until the last one had its answer.
+pub async fn stampede(idem: &Idem, duplicates: usize, body: Duration) -> Duration {
+    let name = unique("stampede");
+    let c = Counter::default();
+    let barrier = Arc::new(tokio::sync::Barrier::new(duplicates));
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..duplicates)
+        .map(|_| {
+            let (idem, name, c, barrier) = (idem.clone(), name.clone(), c.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                idem.call(name)
+                    .key("k")
+                    .wait(Duration::from_secs(60))
+                    .run(async move {
+                        let n = c.hit();
+                        tokio::time::sleep(body).await;
+                        Ok::<_, Failure>(n)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut fresh = 0;
+    for t in tasks {
+        let out = t.await.expect("a stampede task").expect("a stampede call");
+        fresh += usize::from(!out.is_replayed());
+        assert_eq!(
+            out.into_inner(),
+            1,
+            "every caller gets the one execution's value"
+        );
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        (fresh, c.get()),
+        (1, 1),
+        "{duplicates} duplicates: exactly one execution, exactly one fresh answer"
+    );
+    elapsed
+}
+
 /// The scenarios. Each takes a handle on the store under test.
 pub mod scenarios {
     use super::*;
@@ -632,34 +678,7 @@ pub mod scenarios {
 
     /// 64 concurrent calls with one key run the body exactly once; every caller gets its value.
     pub async fn concurrent_duplicates_run_once(idem: Idem) {
-        let name = unique("race");
-        let c = Counter::default();
-        let barrier = Arc::new(tokio::sync::Barrier::new(64));
-        let tasks: Vec<_> = (0..64)
-            .map(|_| {
-                let (idem, name, c, barrier) =
-                    (idem.clone(), name.clone(), c.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    idem.call(name)
-                        .key("k")
-                        .wait(Duration::from_secs(20))
-                        .run(async move {
-                            let n = c.hit();
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            Ok::<_, Failure>(n)
-                        })
-                        .await
-                })
-            })
-            .collect();
-        let mut fresh = 0;
-        for t in tasks {
-            let out = t.await.unwrap().unwrap();
-            fresh += usize::from(!out.is_replayed());
-            assert_eq!(out.into_inner(), 1);
-        }
-        assert_eq!((fresh, c.get()), (1, 1));
+        stampede(&idem, 64, Duration::from_millis(50)).await;
     }
 
     /// Keys are digests: an empty key, a 100 KB key and a key with NUL bytes are keys like any
