@@ -20,6 +20,7 @@ pub const OPTIONS: &[&str] = &[
     "on_error",
     "crate",
     "step",
+    "transaction",
 ];
 
 /// A `ttl`, `lease` or `wait` value.
@@ -54,12 +55,15 @@ pub struct Args {
     pub krate: Option<Path>,
     /// `step`: keyed under the idempotent call it runs in.
     pub step: bool,
+    /// `transaction = tx`: the argument whose PostgreSQL transaction holds the claim and result.
+    pub transaction: Option<Ident>,
 }
 
 impl Parse for Args {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut args = Args::default();
         let mut seen: Vec<String> = Vec::new();
+        let mut spans: Vec<(String, Span)> = Vec::new();
         while !input.is_empty() {
             let ident = Ident::parse_any(input)?;
             let option = ident.to_string();
@@ -73,6 +77,7 @@ impl Parse for Args {
                 ));
             }
             seen.push(option.clone());
+            spans.push((option.clone(), ident.span()));
 
             if option == "skip" {
                 args.skip = parse_skip(input, &ident)?;
@@ -103,6 +108,7 @@ impl Parse for Args {
                     "name" => args.name = Some(parse_name(input)?),
                     "on_error" => args.on_error = Some(parse_on_error(input)?),
                     "crate" => args.krate = Some(parse_crate(input)?),
+                    "transaction" => args.transaction = Some(parse_transaction(input)?),
                     _ => unreachable!("every option is handled"),
                 }
             }
@@ -117,8 +123,49 @@ impl Parse for Args {
             }
             input.parse::<Token![,]>()?;
         }
+        if args.transaction.is_some() {
+            check_transaction(&spans)?;
+        }
         Ok(args)
     }
+}
+
+/// The options that do not apply in the transactional mode, refused at their own span.
+fn check_transaction(spans: &[(String, Span)]) -> syn::Result<()> {
+    for (option, span) in spans {
+        let why = match option.as_str() {
+            "wait" => {
+                "`wait` does not apply with `transaction = …`: a duplicate already waits on the \
+                 first transaction's row lock until it commits (then it replays) or rolls back \
+                 (then it runs); bound that wait with PostgreSQL's `SET lock_timeout`"
+            }
+            "step" => {
+                "`step` cannot be combined with `transaction = …`: a step is keyed under the \
+                 idempotent call it runs in and stored outside any transaction; make the step's \
+                 writes part of the transactional call's body instead"
+            }
+            _ => continue,
+        };
+        return Err(syn::Error::new(*span, why));
+    }
+    Ok(())
+}
+
+fn parse_transaction(input: ParseStream) -> syn::Result<Ident> {
+    let wrong = |span: Span| syn::Error::new(span, usage("transaction"));
+    if input.peek(Token![self]) || !input.peek(Ident) {
+        let span = input
+            .cursor()
+            .token_tree()
+            .map_or(input.span(), |(t, _)| t.span());
+        return Err(wrong(span));
+    }
+    let ident: Ident = input.parse()?;
+    if !input.is_empty() && !input.peek(Token![,]) {
+        // e.g. `transaction = self.tx` or `transaction = &mut tx`: not an argument's name.
+        return Err(wrong(ident.span()));
+    }
+    Ok(ident)
 }
 
 fn usage(option: &str) -> &'static str {
@@ -132,6 +179,7 @@ fn usage(option: &str) -> &'static str {
         "on_error" => "`on_error = release`, `on_error = keep` or `on_error = path::to::decide` (a `fn(&E) -> idem::OnError`)",
         "crate" => "a path to the `idem` crate, e.g. `crate = ::my_idem`",
         "step" => "a flag: `step` keys this call under the idempotent call it runs in",
+        "transaction" => "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
         _ => "",
     }
 }

@@ -90,13 +90,40 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         }
     }
 
+    if let Some(tx) = &args.transaction {
+        if !names.contains(&tx) {
+            let real = if names.is_empty() {
+                format!("`{}` has no named arguments", sig.ident)
+            } else {
+                let list = names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("its arguments are {list}")
+            };
+            errors.push(syn::Error::new(
+                tx.span(),
+                format!(
+                    "`transaction = {tx}`: `{}` has no argument `{tx}`; {real}; name the \
+                     `&mut sqlx::Transaction<'_, sqlx::Postgres>` argument",
+                    sig.ident
+                ),
+            ));
+        }
+    }
+
     // `store = handle` where `handle` is an argument: a handle is never part of the key.
     let store_arg: Option<Ident> = match &args.store {
         Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident().cloned(),
         _ => None,
     };
-    let in_default =
-        |name: &Ident| !args.skip.iter().any(|s| s == name) && store_arg.as_ref() != Some(name);
+    // Nor is the transaction.
+    let in_default = |name: &Ident| {
+        !args.skip.iter().any(|s| s == name)
+            && store_arg.as_ref() != Some(name)
+            && args.transaction.as_ref() != Some(name)
+    };
 
     // The default key and fingerprint: every argument not skipped, in order.
     let needs_default = args.key.is_none() || args.fingerprint.is_none();
@@ -161,12 +188,19 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
         })
     };
 
+    // The transactional mode's items exist only with the `postgres` feature: the module's name
+    // is the compile error without it.
+    let tx_mod = quote!(#krate::__private::transaction_needs_the_postgres_feature);
+    let builder_ty = match &args.transaction {
+        Some(_) => quote!(#tx_mod::TxBuilder),
+        None => quote!(#krate::__private::CallBuilder),
+    };
     let builder = match &args.store {
         Some(store) => {
             let store_ref = quote_spanned!(store.span()=> &(#store));
-            quote!(#krate::__private::CallBuilder::new(#store_ref, #name))
+            quote!(#builder_ty::new(#store_ref, #name))
         }
-        None => quote!(#krate::__private::CallBuilder::installed(#name)),
+        None => quote!(#builder_ty::installed(#name)),
     };
     let mut setup = builder;
     match &args.key {
@@ -209,6 +243,11 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
     let stmts = &item.block.stmts;
     let ret_span = ret.span();
+    if let Some(tx) = &args.transaction {
+        let body = transactional(&tx_mod, tx, &ret, setup, policy, stmts);
+        item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
+        return item.into_token_stream();
+    }
     let krate_at_ret = respan(krate.clone(), ret_span);
     let run = quote_spanned! {ret_span=>
         #krate_at_ret::__private::run(__idem_call, #policy, async move {
@@ -229,6 +268,52 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     }};
     item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
     item.into_token_stream()
+}
+
+/// The body in the transactional mode: claim on the transaction's connection, return a replay
+/// (or an idempotency failure) without running the body, else run the body (which uses the
+/// transaction itself, through a reborrow that ends with it) and store its result on the same
+/// transaction. The caller commits or rolls back both.
+fn transactional(
+    tx_mod: &TokenStream,
+    tx: &Ident,
+    ret: &Type,
+    setup: TokenStream,
+    policy: TokenStream,
+    stmts: &[syn::Stmt],
+) -> TokenStream {
+    // Spanned at the return type, as `run` is: unsatisfied bounds on `T` and `E` point there.
+    let ret_span = ret.span();
+    let m_at_ret = respan(tx_mod.clone(), ret_span);
+    // Spanned at the argument: a wrong type is reported there.
+    let m_at_tx = respan(tx_mod.clone(), tx.span());
+    let conn = quote_spanned!(tx.span()=> #m_at_tx::conn(#tx));
+    quote! {{
+        let __idem_call = #setup;
+        let __idem_policy = #policy;
+        let __idem_claim = match #m_at_ret::claim(__idem_call, #conn, &__idem_policy).await {
+            #tx_mod::Step::Run(__idem_claim) => __idem_claim,
+            #tx_mod::Step::Done(__idem_done) => return __idem_done,
+        };
+        let __idem_ret: #ret = {
+            // The body's own `tx`: a reborrow, so that the transaction is still ours to write
+            // the result on once the body is done.
+            #[allow(unused_variables)]
+            let #tx = &mut *#tx;
+            #tx_mod::scope(&__idem_claim, async move {
+                // Pins the block's return type, so that `?` and `return` in the body infer.
+                if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
+                    #[allow(unreachable_code)]
+                    return __idem_ret;
+                }
+                let __idem_ret: #ret = { #(#stmts)* };
+                #[allow(unreachable_code)]
+                __idem_ret
+            })
+            .await
+        };
+        #m_at_ret::finish(__idem_claim, #conn, &__idem_policy, __idem_ret).await
+    }}
 }
 
 /// `Result<..>`, `io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`, …: any path whose last

@@ -114,3 +114,196 @@ pub fn duration(d: Duration) -> Duration {
 pub fn decide<E, F: Fn(&E) -> OnError + Send>(f: F) -> DecideErrors<F> {
     DecideErrors(f)
 }
+
+/// What `#[idempotent(transaction = tx)]` expands to (feature `postgres`). The module's name is
+/// what a build without the feature reports: "could not find
+/// `transaction_needs_the_postgres_feature` in `__private`".
+#[cfg(feature = "postgres")]
+pub mod transaction_needs_the_postgres_feature {
+    use super::{FromIdemError, StoredValue};
+    use crate::codec::{self, Stored};
+    use crate::error::Error;
+    use crate::handle::Idem;
+    use crate::policy::ErrorPolicy;
+    use crate::store::postgres::{StoredResult, TxCall, TxClaim, TxStep};
+    use serde::Serialize;
+    use sqlx::{PgConnection, Postgres, Transaction};
+    use std::borrow::Cow;
+    use std::future::Future;
+    use std::time::Duration;
+
+    /// A transactional call being set up: the same builder methods as [`super::CallBuilder`],
+    /// on the handle given by `store = …` or the installed one.
+    #[must_use]
+    pub struct TxBuilder {
+        idem: Option<Idem>,
+        call: TxCall,
+        ttl: Option<Duration>,
+        lease: Option<Duration>,
+    }
+
+    impl TxBuilder {
+        /// On `idem`.
+        pub fn new(idem: &Idem, name: impl Into<Cow<'static, str>>) -> TxBuilder {
+            TxBuilder::on(Some(idem.clone()), name.into())
+        }
+
+        /// On the installed handle.
+        pub fn installed(name: impl Into<Cow<'static, str>>) -> TxBuilder {
+            TxBuilder::on(None, name.into())
+        }
+
+        fn on(idem: Option<Idem>, name: Cow<'static, str>) -> TxBuilder {
+            TxBuilder {
+                idem,
+                call: TxCall::new(name),
+                ttl: None,
+                lease: None,
+            }
+        }
+
+        /// The key.
+        pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
+            self.call = self.call.key(key);
+            self
+        }
+
+        /// The scope.
+        pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
+            self.call = self.call.scope(scope);
+            self
+        }
+
+        /// The fingerprint.
+        pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
+            self.call = self.call.fingerprint(fingerprint);
+            self
+        }
+
+        /// How long the committed result is kept (default: the handle's).
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.ttl = Some(ttl);
+            self
+        }
+
+        /// How long a claim committed without its result lives (default: the handle's).
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.lease = Some(lease);
+            self
+        }
+    }
+
+    /// The argument named by `transaction = …`.
+    #[diagnostic::on_unimplemented(
+        message = "`transaction = …` names an argument of type `&mut {Self}`, which is not a PostgreSQL transaction",
+        label = "the claim and the result are written on this argument's transaction",
+        note = "the argument must be a `&mut sqlx::Transaction<'_, sqlx::Postgres>` (or a `&mut sqlx::PgConnection` inside a transaction)"
+    )]
+    pub trait TxConnection {
+        /// The connection the transaction runs on.
+        fn __idem_conn(&mut self) -> &mut PgConnection;
+    }
+    impl TxConnection for Transaction<'_, Postgres> {
+        fn __idem_conn(&mut self) -> &mut PgConnection {
+            self
+        }
+    }
+    impl TxConnection for PgConnection {
+        fn __idem_conn(&mut self) -> &mut PgConnection {
+            self
+        }
+    }
+
+    /// The connection of the `transaction = …` argument, reborrowed for one statement.
+    #[inline(always)]
+    pub fn conn<C: TxConnection + ?Sized>(c: &mut C) -> &mut PgConnection {
+        c.__idem_conn()
+    }
+
+    /// What the claim found: run the body, or return without running it.
+    pub enum Step<T, E> {
+        /// This transaction holds the key.
+        Run(TxClaim),
+        /// A committed result (replayed), or an idempotency failure.
+        Done(Result<T, E>),
+    }
+
+    /// Claims the key on `conn`, with the handle's PostgreSQL store.
+    pub async fn claim<T, E, P>(call: TxBuilder, conn: &mut PgConnection, policy: &P) -> Step<T, E>
+    where
+        T: StoredValue,
+        E: FromIdemError,
+        P: ErrorPolicy<E>,
+    {
+        match try_claim(call, conn).await {
+            Ok(TxStep::Run(claim)) => Step::Run(claim),
+            Ok(TxStep::Replay(stored)) => Step::Done(replay(&stored, policy)),
+            Err(e) => Step::Done(Err(E::from_idem(e))),
+        }
+    }
+
+    async fn try_claim(call: TxBuilder, conn: &mut PgConnection) -> Result<TxStep, Error> {
+        let TxBuilder {
+            idem,
+            call,
+            ttl,
+            lease,
+        } = call;
+        let idem = match idem {
+            Some(idem) => idem,
+            None => Idem::installed().ok_or_else(|| {
+                Error::Config(
+                    "no idem store is installed: call `Idem::install` at start-up, or pass \
+                     `store = …` to #[idempotent]"
+                        .into(),
+                )
+            })?,
+        };
+        let Some(store) = idem.store().as_postgres() else {
+            return Err(Error::Config(format!(
+                "#[idempotent(transaction = …)] needs a PostgreSQL store; this handle's store \
+                 is `{}`",
+                idem.store().backend()
+            )));
+        };
+        let defaults = *idem.defaults();
+        call.ttl(ttl.unwrap_or(defaults.ttl))
+            .lease(lease.unwrap_or(defaults.lease))
+            .claim(store, conn)
+            .await
+    }
+
+    fn replay<T: StoredValue, E: FromIdemError, P: ErrorPolicy<E>>(
+        stored: &StoredResult,
+        policy: &P,
+    ) -> Result<T, E> {
+        let decoded = codec::split::<T>(stored.as_bytes()).and_then(|s| match s {
+            Stored::Ok(json) => codec::decode(json).map(Ok),
+            Stored::Err(json) => policy.decode(json).map(Err),
+        });
+        decoded.unwrap_or_else(|e| Err(E::from_idem(e)))
+    }
+
+    /// Runs `body` as the claim's body (so `current_key` answers in it).
+    pub fn scope<'a, F: Future + 'a>(
+        claim: &'a TxClaim,
+        body: F,
+    ) -> impl Future<Output = F::Output> + 'a {
+        claim.scope(body)
+    }
+
+    /// Stores the body's result on `conn` (or releases the key), and returns it.
+    pub fn finish<'a, T, E, P>(
+        claim: TxClaim,
+        conn: &'a mut PgConnection,
+        policy: &'a P,
+        result: Result<T, E>,
+    ) -> impl Future<Output = Result<T, E>> + 'a
+    where
+        T: StoredValue + 'a,
+        E: FromIdemError + 'a,
+        P: ErrorPolicy<E>,
+    {
+        claim.finish_with(conn, policy, result, E::from_idem)
+    }
+}

@@ -172,6 +172,15 @@ pub trait Store: Send + Sync + 'static {
     /// review). Returns the record that was deleted.
     fn force_release<'a>(&'a self, key: &'a Digest)
         -> BoxFuture<'a, Result<Option<Record>, Error>>;
+
+    /// This store as a PostgreSQL store, if it is one: what `#[idempotent(transaction = …)]`
+    /// claims with (its claim runs on the caller's transaction, so it needs the SQL, not the
+    /// trait). Other stores answer `None`.
+    #[cfg(feature = "postgres")]
+    #[doc(hidden)]
+    fn as_postgres(&self) -> Option<&postgres::PostgresStore> {
+        None
+    }
 }
 
 /// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of

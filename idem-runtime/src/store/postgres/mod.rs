@@ -683,6 +683,10 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
+    fn as_postgres(&self) -> Option<&PostgresStore> {
+        Some(self)
+    }
+
     fn backend(&self) -> &'static str {
         BACKEND
     }

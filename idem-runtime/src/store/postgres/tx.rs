@@ -333,10 +333,29 @@ impl TxClaim {
         E: From<Error>,
         P: ErrorPolicy<E>,
     {
+        self.finish_with(conn, policy, result, E::from).await
+    }
+
+    /// [`TxClaim::finish`], with idempotency failures converted by `from` (the attribute's
+    /// expansion converts through its own trait, for its own compile error).
+    pub(crate) async fn finish_with<T, E, P>(
+        self,
+        conn: &mut PgConnection,
+        policy: &P,
+        result: Result<T, E>,
+        from: impl Fn(Error) -> E,
+    ) -> Result<T, E>
+    where
+        T: Serialize,
+        P: ErrorPolicy<E>,
+    {
         match result {
             Ok(value) => {
-                let bytes = codec::encode_ok(&value)?;
-                self.store_bytes(conn, &bytes).await?;
+                let stored = match codec::encode_ok(&value) {
+                    Ok(bytes) => self.store_bytes(conn, &bytes).await,
+                    Err(e) => Err(e),
+                };
+                stored.map_err(&from)?;
                 Ok(value)
             }
             Err(error) => match policy.on_error(&error) {
@@ -345,8 +364,11 @@ impl TxClaim {
                     Err(error)
                 }
                 OnError::Keep => {
-                    let bytes = policy.encode(&error)?;
-                    self.store_bytes(conn, &bytes).await?;
+                    let stored = match policy.encode(&error) {
+                        Ok(bytes) => self.store_bytes(conn, &bytes).await,
+                        Err(e) => Err(e),
+                    };
+                    stored.map_err(&from)?;
                     Err(error)
                 }
             },
