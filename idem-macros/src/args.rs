@@ -152,7 +152,12 @@ fn check_transaction(spans: &[(String, Span)]) -> syn::Result<()> {
 }
 
 fn parse_transaction(input: ParseStream) -> syn::Result<Ident> {
-    let wrong = |span: Span| syn::Error::new(span, usage("transaction"));
+    let wrong = |span: Span| {
+        syn::Error::new(
+            span,
+            format!("`transaction` takes {}", usage("transaction")),
+        )
+    };
     if input.peek(Token![self]) || !input.peek(Ident) {
         let span = input
             .cursor()

@@ -442,4 +442,35 @@ mod tests {
         );
         assert!(!out.contains(":: idem ::"), "{out}");
     }
+
+    #[test]
+    fn transaction_mode() {
+        let out = expand_str(
+            quote!(transaction = tx, store = idem, lease = "1s"),
+            quote!(
+                async fn place(order: u64, idem: &Idem, tx: &mut Tx) -> Result<u64, E> {
+                    Ok(order)
+                }
+            ),
+        );
+        let m = ":: idem :: __private :: transaction_needs_the_postgres_feature";
+        assert!(
+            out.contains(&format!("{m} :: TxBuilder :: new (& (idem) , \"place\")")),
+            "{out}"
+        );
+        // Neither the store nor the transaction is part of the default key.
+        assert!(out.contains("key_part (& order)"), "{out}");
+        assert!(!out.contains("key_part (& tx)"), "{out}");
+        // Claimed and finished on the transaction; the body gets a reborrow of it.
+        assert!(
+            out.contains(&format!("{m} :: claim (__idem_call , {m} :: conn (tx)")),
+            "{out}"
+        );
+        assert!(out.contains("let tx = & mut * tx ;"), "{out}");
+        assert!(
+            out.contains(&format!("{m} :: finish (__idem_claim , {m} :: conn (tx)")),
+            "{out}"
+        );
+        assert!(!out.contains("__private :: run"), "{out}");
+    }
 }

@@ -45,6 +45,10 @@ use quote::quote;
 ///   and replayed (`keep`, needs `E: Serialize + DeserializeOwned`), or a `fn(&E) -> idem::OnError`
 ///   decides per error.
 /// - `crate = path`: where `idem` is, when it is renamed or re-exported (default `::idem`).
+/// - `transaction = tx` (feature `postgres`): `tx` names an argument of type
+///   `&mut sqlx::Transaction<'_, Postgres>` (or `&mut PgConnection`); the claim and the result
+///   are written in that transaction, so they commit or roll back with the body's own writes.
+///   Needs a PostgreSQL store; `wait` and `step` do not apply.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());
