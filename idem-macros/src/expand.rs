@@ -70,16 +70,7 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
 
     for skipped in &args.skip {
         if !names.contains(&skipped) {
-            let real = if names.is_empty() {
-                format!("`{}` has no named arguments", sig.ident)
-            } else {
-                let list = names
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("its arguments are {list}")
-            };
+            let real = real_arguments(&sig.ident, &names);
             errors.push(syn::Error::new(
                 skipped.span(),
                 format!(
@@ -92,16 +83,7 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
 
     if let Some(tx) = &args.transaction {
         if !names.contains(&tx) {
-            let real = if names.is_empty() {
-                format!("`{}` has no named arguments", sig.ident)
-            } else {
-                let list = names
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("its arguments are {list}")
-            };
+            let real = real_arguments(&sig.ident, &names);
             errors.push(syn::Error::new(
                 tx.span(),
                 format!(
@@ -268,6 +250,19 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     }};
     item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
     item.into_token_stream()
+}
+
+/// "its arguments are `a`, `b`", for an option that names an argument that does not exist.
+fn real_arguments(func: &Ident, names: &[&Ident]) -> String {
+    if names.is_empty() {
+        return format!("`{func}` has no named arguments");
+    }
+    let list = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("its arguments are {list}")
 }
 
 /// The body in the transactional mode: claim on the transaction's connection, return a replay

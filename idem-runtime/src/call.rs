@@ -147,13 +147,7 @@ impl Call {
         }
         let idem = match self.idem.take() {
             Some(idem) => idem,
-            None => Idem::installed().ok_or_else(|| {
-                Error::Config(
-                    "no idem store is installed: call `Idem::install` at start-up, or pass \
-                     `store = …` to #[idempotent]"
-                        .into(),
-                )
-            })?,
+            None => Idem::installed().ok_or_else(not_installed)?,
         };
         let (key, fingerprint) = self.parts.digests(&self.name)?;
         let defaults = *idem.defaults();
@@ -490,4 +484,13 @@ where
 {
     let call = Call::installed("step").step().key(key).run(body());
     async move { call.await.map(Outcome::into_inner) }
+}
+
+/// The error of a call on the installed handle when none is installed.
+pub(crate) fn not_installed() -> Error {
+    Error::Config(
+        "no idem store is installed: call `Idem::install` at start-up, or pass `store = …` to \
+         #[idempotent]"
+            .into(),
+    )
 }

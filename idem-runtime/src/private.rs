@@ -251,13 +251,7 @@ pub mod transaction_needs_the_postgres_feature {
         } = call;
         let idem = match idem {
             Some(idem) => idem,
-            None => Idem::installed().ok_or_else(|| {
-                Error::Config(
-                    "no idem store is installed: call `Idem::install` at start-up, or pass \
-                     `store = …` to #[idempotent]"
-                        .into(),
-                )
-            })?,
+            None => Idem::installed().ok_or_else(crate::call::not_installed)?,
         };
         let Some(store) = idem.store().as_postgres() else {
             return Err(Error::Config(format!(
