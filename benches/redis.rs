@@ -1,8 +1,10 @@
 //! Idempotent calls per second on Redis at concurrency 1, 16 and 64, fresh (`redis/fresh`) and
-//! replayed (`redis/replay`): idem against raw redis-rs running the same scripts (fresh: claim
-//! and complete; replay: the claim that finds the finished record) on a `ConnectionManager`,
-//! so the difference is idem's own work (key derivation, codec, protocol, the store's
-//! bookkeeping).
+//! replayed (`redis/replay`), against two floors on the same `ConnectionManager`:
+//! - `raw`: raw redis-rs running idem's own scripts (fresh: claim and complete; replay: the
+//!   claim that finds the finished record), so the difference is idem's own work (key
+//!   derivation, codec, protocol, the store's bookkeeping);
+//! - `raw_minimal`: the least Redis can do for the same job, without scripts, fencing or
+//!   fingerprints: `SET NX PX` + `SET PX` for a fresh call, one `GET` for a replay.
 //!
 //! Runs on a private redis-server on a free loopback port (nothing else's load in the numbers);
 //! needs `redis-server` on the PATH. `cargo bench --bench redis --features redis`.
@@ -101,6 +103,41 @@ impl Raw {
             .unwrap();
         assert_eq!(done, 1);
     }
+
+    /// The minimal commands: claim with `SET NX PX`, complete with `SET PX`.
+    async fn minimal_call(&self, n: u64) {
+        let key = format!("rawmin:{{{n:064x}}}");
+        let mut conn = self.conn.clone();
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg("0")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(claimed.is_some(), "key {n} was taken");
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(&b"\x01{\"ok\":1}"[..])
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    /// The minimal replay: one `GET`.
+    async fn minimal_replay(&self, n: u64) {
+        let mut conn = self.conn.clone();
+        let v: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("rawmin:{{{n:064x}}}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(v.is_some(), "not a replay: {n}");
+    }
 }
 
 /// One idem call of key `n`; asserts whether it replayed.
@@ -141,6 +178,7 @@ fn bench(c: &mut Criterion) {
         for n in REPLAY_BASE..REPLAY_BASE + REPLAY_KEYS {
             idem_call(&idem, n, false).await;
             raw.call(n).await;
+            raw.minimal_call(n).await;
         }
     });
     for (mode, replay) in [("replay", true), ("fresh", false)] {
@@ -188,6 +226,26 @@ fn bench(c: &mut Criterion) {
                                     raw.replay(n).await
                                 } else {
                                     raw.call(n).await
+                                }
+                            }
+                        })
+                    })
+                },
+            );
+            g.bench_with_input(
+                BenchmarkId::new("raw_minimal", concurrency),
+                &concurrency,
+                |b, &concurrency| {
+                    b.to_async(&rt).iter_custom(|iters| {
+                        let (raw, next) = (raw.clone(), next.clone());
+                        spread(iters, concurrency, move || {
+                            let (raw, next) = (raw.clone(), next.clone());
+                            async move {
+                                let n = key(next.fetch_add(1, Ordering::Relaxed));
+                                if replay {
+                                    raw.minimal_replay(n).await
+                                } else {
+                                    raw.minimal_call(n).await
                                 }
                             }
                         })

@@ -669,8 +669,9 @@ async fn purge_is_bounded_and_drains() {
     drop_table(&admin, &table).await;
 }
 
-/// Completion and release send a notification (key as hex) on the table's channel, and the
-/// store keeps exactly one listener connection however many callers wait.
+/// Completion and release of a key that someone waits for send a notification (key as hex) on
+/// the table's channel; a key nobody waits for completes without one. The store keeps exactly
+/// one listener connection however many callers wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn completions_notify_one_shared_listener() {
     let Some(url) = url() else { return };
@@ -751,24 +752,127 @@ async fn completions_notify_one_shared_listener() {
         .unwrap();
     assert_eq!(note.payload(), digest(&name, "k").to_hex());
 
-    // release notifies too.
+    // Nobody waits for "quiet": it completes without a notification, so the next one the
+    // listener gets is the release of "r" below.
+    idem.call(name.clone())
+        .key("quiet")
+        .run(async { Ok::<_, Error>(3u8) })
+        .await
+        .unwrap();
+
+    // release notifies a waiter too.
     let key = digest(&name, "r");
     let fp = fingerprint("r");
     let claim = Claim {
         name: &name,
         key: &key,
         fingerprint: &fp,
-        lease: Duration::from_secs(5),
+        lease: Duration::from_secs(30),
     };
     let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
         panic!()
     };
+    let waiter = {
+        let (store, key) = (store.clone(), key);
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            // The listener is up, so one `changed` lasts at most the fallback interval (200
+            // ms) unless a notification ends it.
+            store.changed(&key, Duration::from_secs(30)).await;
+            started.elapsed()
+        })
+    };
+    let marked = || async {
+        sqlx::query_scalar::<_, bool>(&format!("SELECT waiters FROM \"{table}\" WHERE key = $1"))
+            .bind(&key.0[..])
+            .fetch_one(&admin)
+            .await
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    while !marked().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter never marked the row"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(store.release(&key, token).await.unwrap());
     let note = tokio::time::timeout(Duration::from_secs(5), listener.recv())
         .await
         .expect("a notification")
         .unwrap();
-    assert_eq!(note.payload(), key.to_hex());
+    assert_eq!(
+        note.payload(),
+        key.to_hex(),
+        "\"quiet\" must not have notified"
+    );
+    waiter.await.unwrap();
+    drop_table(&admin, &table).await;
+}
+
+/// A waiter's mark answers "not in progress" at once for a key that is completed, released or
+/// lapsed, so the caller reads again instead of waiting for a notification that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_finished_key_returns_at_once() {
+    let Some(url) = url() else { return };
+    let admin = admin(&url).await;
+    let table = unique_table("markdone");
+    let store = PostgresStore::open_with(&url, opts(&table)).await.unwrap();
+    let name = unique("markdone");
+    store
+        .idem()
+        .call(name.clone())
+        .key("k")
+        .run(async { Ok::<_, Error>(1u8) })
+        .await
+        .unwrap();
+    let key = digest(&name, "k");
+    // A 30 s timeout: returning within the test's 10 s bound means the mark said "done".
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        store.changed(&key, Duration::from_secs(30)),
+    )
+    .await
+    .expect("changed() on a completed key returns without waiting for a notification");
+    let waiters: bool =
+        sqlx::query_scalar(&format!("SELECT waiters FROM \"{table}\" WHERE key = $1"))
+            .bind(&key.0[..])
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+    assert!(!waiters, "a completed row is not marked");
+    drop_table(&admin, &table).await;
+}
+
+/// A table at schema version 2 (before `waiters`) is upgraded on open, and its rows replay.
+#[tokio::test]
+async fn a_version_2_table_gains_the_waiters_column_and_keeps_its_rows() {
+    let Some(url) = url() else { return };
+    let admin = admin(&url).await;
+    let table = unique_table("mig2");
+    PostgresStore::migrate_to(&admin, &table, 2).await.unwrap();
+    let name = unique("mig2");
+    let key = digest(&name, "k");
+    sqlx::query(&format!(
+        "INSERT INTO \"{table}\" (key, name, fingerprint, token, status, value, created_at, \
+         expires_at) VALUES ($1, $2, $3, 7, 1, '\\x01', 0, 9000000000000)"
+    ))
+    .bind(&key.0[..])
+    .bind(&name)
+    .bind(&fingerprint("k").0[..])
+    .execute(&admin)
+    .await
+    .unwrap();
+    let store = PostgresStore::open_with(&url, opts(&table)).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    let r = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the v2 row is still there");
+    assert_eq!(r.token, 7);
+    assert_eq!(r.value.as_deref(), Some(&[1u8][..]));
     drop_table(&admin, &table).await;
 }
 

@@ -1,6 +1,7 @@
 //! Waiting without polling: one `LISTEN` connection per store, fanning notifications out.
 //!
-//! `complete` and `release` send `pg_notify(channel, hex(key))` in their own statement; the
+//! `complete` and `release` send `pg_notify(channel, hex(key))` in their own statement when a
+//! waiter has marked the row (the store's `changed` writes the mark after subscribing here); the
 //! notification is delivered when that statement commits. The listener runs in a task started
 //! by the first waiter, on a connection of its own (a one-connection pool with the store's
 //! connect options, so it never takes a slot of the store's pool), and wakes the waiters of the

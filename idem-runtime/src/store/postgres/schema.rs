@@ -11,7 +11,7 @@ use crate::store::BoxFuture;
 use sqlx::{Connection, PgConnection, Row};
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock class for idem migrations (the object id is `hashtext(table)`).
 const LOCK_CLASS: i32 = 0x1de3;
@@ -114,6 +114,16 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
             sql: format!(
                 "CREATE INDEX IF NOT EXISTS {idx} ON {records} (expires_at)",
                 idx = t.expires_idx,
+                records = t.records
+            ),
+        },
+        Migration {
+            version: 3,
+            description: "waiters flag: completions notify only keys that someone waits for",
+            // A constant default: PostgreSQL 11 and later add the column without rewriting
+            // the table.
+            sql: format!(
+                "ALTER TABLE {records} ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT FALSE",
                 records = t.records
             ),
         },
