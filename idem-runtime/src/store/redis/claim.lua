@@ -7,14 +7,15 @@
 local key = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('HMGET', key, 'status', 'token', 'expires_at', 'nonce')
+-- Every field in one read: a replay is this HMGET and TIME, nothing else.
+local cur = redis.call('HMGET', key, 'status', 'token', 'expires_at', 'nonce', 'fingerprint',
+  'value', 'name', 'created_at')
 local status, token = cur[1], cur[2]
 if (status == '0' or status == '1') and now < tonumber(cur[3]) then
   if status == '0' and cur[4] == ARGV[4] then
     return {1, token}
   end
-  local r = redis.call('HMGET', key, 'fingerprint', 'value', 'name', 'created_at')
-  return {0, status, token, r[1], r[2], r[3], r[4], cur[3], string.format('%.0f', now)}
+  return {0, status, token, cur[5], cur[6], cur[7], cur[8], cur[3], string.format('%.0f', now)}
 end
 -- protocol::next_token: max(previous + 1, now_ms * 1000). Exact in a double below 2^53
 -- (microseconds since 1970 stay below it until the year 2255).
@@ -25,7 +26,9 @@ if token then
 end
 local ntok = string.format('%.0f', next)
 local exp = string.format('%.0f', now + tonumber(ARGV[3]))
-redis.call('DEL', key)
+-- A record that is no longer live goes first, so none of its fields survive (HSET below
+-- writes every field but `value`). A new key skips the DEL.
+if status or cur[6] then redis.call('DEL', key) end
 redis.call('HSET', key, 'status', '0', 'token', ntok, 'fingerprint', ARGV[2], 'name', ARGV[1],
   'created_at', string.format('%.0f', now), 'expires_at', exp, 'nonce', ARGV[4])
 redis.call('PEXPIREAT', key, exp)
