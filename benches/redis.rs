@@ -104,6 +104,16 @@ impl Raw {
         assert_eq!(done, 1);
     }
 
+    /// One call of a raw variant: idem's scripts (`raw`) or the minimal commands.
+    async fn run(&self, variant: &str, replay: bool, n: u64) {
+        match (variant, replay) {
+            ("raw", true) => self.replay(n).await,
+            ("raw", false) => self.call(n).await,
+            (_, true) => self.minimal_replay(n).await,
+            (_, false) => self.minimal_call(n).await,
+        }
+    }
+
     /// The minimal commands: claim with `SET NX PX`, complete with `SET PX`.
     async fn minimal_call(&self, n: u64) {
         let key = format!("rawmin:{{{n:064x}}}");
@@ -212,46 +222,24 @@ fn bench(c: &mut Criterion) {
                     })
                 },
             );
-            g.bench_with_input(
-                BenchmarkId::new("raw", concurrency),
-                &concurrency,
-                |b, &concurrency| {
-                    b.to_async(&rt).iter_custom(|iters| {
-                        let (raw, next) = (raw.clone(), next.clone());
-                        spread(iters, concurrency, move || {
+            for variant in ["raw", "raw_minimal"] {
+                g.bench_with_input(
+                    BenchmarkId::new(variant, concurrency),
+                    &concurrency,
+                    |b, &concurrency| {
+                        b.to_async(&rt).iter_custom(|iters| {
                             let (raw, next) = (raw.clone(), next.clone());
-                            async move {
-                                let n = key(next.fetch_add(1, Ordering::Relaxed));
-                                if replay {
-                                    raw.replay(n).await
-                                } else {
-                                    raw.call(n).await
+                            spread(iters, concurrency, move || {
+                                let (raw, next) = (raw.clone(), next.clone());
+                                async move {
+                                    let n = key(next.fetch_add(1, Ordering::Relaxed));
+                                    raw.run(variant, replay, n).await
                                 }
-                            }
+                            })
                         })
-                    })
-                },
-            );
-            g.bench_with_input(
-                BenchmarkId::new("raw_minimal", concurrency),
-                &concurrency,
-                |b, &concurrency| {
-                    b.to_async(&rt).iter_custom(|iters| {
-                        let (raw, next) = (raw.clone(), next.clone());
-                        spread(iters, concurrency, move || {
-                            let (raw, next) = (raw.clone(), next.clone());
-                            async move {
-                                let n = key(next.fetch_add(1, Ordering::Relaxed));
-                                if replay {
-                                    raw.minimal_replay(n).await
-                                } else {
-                                    raw.minimal_call(n).await
-                                }
-                            }
-                        })
-                    })
-                },
-            );
+                    },
+                );
+            }
         }
         g.finish();
     }

@@ -782,15 +782,8 @@ async fn completions_notify_one_shared_listener() {
             started.elapsed()
         })
     };
-    let marked = || async {
-        sqlx::query_scalar::<_, bool>(&format!("SELECT waiters FROM \"{table}\" WHERE key = $1"))
-            .bind(&key.0[..])
-            .fetch_one(&admin)
-            .await
-            .unwrap()
-    };
     let started = std::time::Instant::now();
-    while !marked().await {
+    while !waiters_flag(&admin, &table, &key).await {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "the waiter never marked the row"
@@ -809,6 +802,15 @@ async fn completions_notify_one_shared_listener() {
     );
     waiter.await.unwrap();
     drop_table(&admin, &table).await;
+}
+
+/// The `waiters` mark of `key`'s row.
+async fn waiters_flag(admin: &sqlx::PgPool, table: &str, key: &idem::key::Digest) -> bool {
+    sqlx::query_scalar(&format!("SELECT waiters FROM \"{table}\" WHERE key = $1"))
+        .bind(&key.0[..])
+        .fetch_one(admin)
+        .await
+        .unwrap()
 }
 
 /// A waiter's mark answers "not in progress" at once for a key that is completed, released or
@@ -835,13 +837,10 @@ async fn a_waiter_on_a_finished_key_returns_at_once() {
     )
     .await
     .expect("changed() on a completed key returns without waiting for a notification");
-    let waiters: bool =
-        sqlx::query_scalar(&format!("SELECT waiters FROM \"{table}\" WHERE key = $1"))
-            .bind(&key.0[..])
-            .fetch_one(&admin)
-            .await
-            .unwrap();
-    assert!(!waiters, "a completed row is not marked");
+    assert!(
+        !waiters_flag(&admin, &table, &key).await,
+        "a completed row is not marked"
+    );
     drop_table(&admin, &table).await;
 }
 
