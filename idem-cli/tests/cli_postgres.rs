@@ -196,12 +196,12 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it() {
 
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("created the schema (version 2)"),
+        run.stdout.contains("created the schema (version 3)"),
         "{run:#?}"
     );
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("schema is current (version 2)"),
+        run.stdout.contains("schema is current (version 3)"),
         "{run:#?}"
     );
     cli.run(&["stats"]).expect(0);
