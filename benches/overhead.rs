@@ -7,11 +7,15 @@
 //!
 //! `cargo bench --bench overhead`
 
+#[path = "support/drive.rs"]
+mod drive;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use drive::drive;
 use idem::{idempotent, Idem};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Receipt {
@@ -75,31 +79,6 @@ fn overhead(c: &mut Criterion) {
 
 /// Keys the replays read, stored before they run (spread over the memory store's shards).
 const REPLAY_KEYS: u64 = 1024;
-
-/// Runs `iters` calls of `op` spread over `conc` tasks; returns the wall time.
-async fn drive<F, Fut>(conc: u64, iters: u64, op: F) -> Duration
-where
-    F: Fn(u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let per = iters.div_ceil(conc);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..conc)
-        .map(|t| {
-            let op = op.clone();
-            tokio::spawn(async move {
-                for j in 0..per {
-                    op(t * per + j).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    // Scale to the requested count so criterion's per-iteration time stays exact.
-    start.elapsed().mul_f64(iters as f64 / (per * conc) as f64)
-}
 
 fn concurrent_store(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &str, idem: &Idem) {
     rt.block_on(async {

@@ -15,7 +15,10 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Row;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "support/drive.rs"]
+mod drive;
 
 const TABLE: &str = "idem_bench";
 const REPLAY_KEYS: u64 = 1024;
@@ -118,31 +121,6 @@ async fn raw_minimal(s: &Setup, mode: Mode, i: u64) {
     }
 }
 
-/// Runs `iters` operations over `conc` tasks; returns the wall time.
-async fn drive<F, Fut>(s: &Arc<Setup>, conc: u64, iters: u64, op: F) -> Duration
-where
-    F: Fn(Arc<Setup>, u64) -> Fut + Copy + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let per = iters.div_ceil(conc);
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..conc)
-        .map(|t| {
-            let s = s.clone();
-            tokio::spawn(async move {
-                for j in 0..per {
-                    op(s.clone(), t * per + j).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    // Scale to the requested count so criterion's per-iteration time stays exact.
-    start.elapsed().mul_f64(iters as f64 / (per * conc) as f64)
-}
-
 fn bench(c: &mut Criterion) {
     let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
         eprintln!("skipped: the postgres bench needs IDEM_TEST_POSTGRES_URL");
@@ -210,11 +188,15 @@ fn bench(c: &mut Criterion) {
             for variant in variants {
                 g.bench_with_input(BenchmarkId::new(variant, conc), &conc, |b, &conc| {
                     b.iter_custom(|iters| {
-                        rt.block_on(drive(&setup, conc, iters, move |s, i| async move {
-                            match variant {
-                                "idem" => idem_call(&s, mode, i).await,
-                                "raw_same" => raw_same(&s, mode, i).await,
-                                _ => raw_minimal(&s, mode, i).await,
+                        let setup = setup.clone();
+                        rt.block_on(drive::drive(conc, iters, move |i| {
+                            let s = setup.clone();
+                            async move {
+                                match variant {
+                                    "idem" => idem_call(&s, mode, i).await,
+                                    "raw_same" => raw_same(&s, mode, i).await,
+                                    _ => raw_minimal(&s, mode, i).await,
+                                }
                             }
                         }))
                     })

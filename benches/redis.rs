@@ -9,6 +9,8 @@
 //! Runs on a private redis-server on a free loopback port (nothing else's load in the numbers);
 //! needs `redis-server` on the PATH. `cargo bench --bench redis --features redis`.
 
+#[path = "support/drive.rs"]
+mod drive;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
@@ -17,34 +19,10 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CLAIM: &str = include_str!("../idem-runtime/src/store/redis/claim.lua");
 const COMPLETE: &str = include_str!("../idem-runtime/src/store/redis/complete.lua");
-
-/// Runs `iters` calls spread over `concurrency` tasks; returns the wall time.
-async fn spread<F, Fut>(iters: u64, concurrency: u64, call: F) -> Duration
-where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|i| {
-            let n = iters / concurrency + u64::from(i < iters % concurrency);
-            let call = call.clone();
-            tokio::spawn(async move {
-                for _ in 0..n {
-                    call().await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    started.elapsed()
-}
 
 struct Raw {
     conn: ConnectionManager,
@@ -212,7 +190,7 @@ fn bench(c: &mut Criterion) {
                 |b, &concurrency| {
                     b.to_async(&rt).iter_custom(|iters| {
                         let (idem, next) = (idem.clone(), next.clone());
-                        spread(iters, concurrency, move || {
+                        drive::drive(concurrency, iters, move |_| {
                             let (idem, next) = (idem.clone(), next.clone());
                             async move {
                                 let n = key(next.fetch_add(1, Ordering::Relaxed));
@@ -229,7 +207,7 @@ fn bench(c: &mut Criterion) {
                     |b, &concurrency| {
                         b.to_async(&rt).iter_custom(|iters| {
                             let (raw, next) = (raw.clone(), next.clone());
-                            spread(iters, concurrency, move || {
+                            drive::drive(concurrency, iters, move |_| {
                                 let (raw, next) = (raw.clone(), next.clone());
                                 async move {
                                     let n = key(next.fetch_add(1, Ordering::Relaxed));

@@ -15,7 +15,12 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
 /// Values that must never reach a trace: the test's keys, scope and argument values.
-const SECRETS: &[&str] = &["SECRET-KEY-4242", "ARGVAL-card-9911", "ARGVAL-scope-5150"];
+const SECRETS: &[&str] = &[
+    "SECRET-KEY-4242",
+    "ARGVAL-card-9911",
+    "ARGVAL-scope-5150",
+    "SECRET-CARD-4242",
+];
 
 #[derive(Debug, Clone)]
 struct SpanRec {
@@ -466,5 +471,63 @@ async fn store_error_is_a_warning_with_the_backend_message() {
             && warn.fields["error"].contains("no such table"),
         "{warn:?}"
     );
+    assert_no_secrets();
+}
+
+/// A key whose serialization fails (a custom `Serialize` that refuses, quoting a secret).
+struct Unserializable;
+
+impl serde::Serialize for Unserializable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("SECRET-KEY-4242 cannot be a key"))
+    }
+}
+
+/// The two outcomes no store failure produces: a stored result that no longer decodes into
+/// the return type (`codec-error`), and a key that cannot be serialized (`invalid`). Each is a
+/// WARN event that names the kind of failure and never quotes the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codec_error_and_invalid_key_are_warnings_without_values() {
+    capture();
+    let idem = Idem::memory();
+    let name = "trace.codec";
+    idem.call(name)
+        .key("SECRET-KEY-4242")
+        .run(async { Ok::<_, Error>("SECRET-CARD-4242".to_string()) })
+        .await
+        .unwrap();
+    // The same key, the same (empty) arguments, another return type: the stored string does
+    // not decode as a number.
+    let changed = idem
+        .call(name)
+        .key("SECRET-KEY-4242")
+        .run(async { Ok::<_, Error>(7u64) })
+        .await;
+    assert!(matches!(changed, Err(Error::Codec(_))), "{changed:?}");
+    let s = spans(name);
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert_call_span(&s[1].1, "memory", "codec-error");
+    let warn = events(s[1].0, name)
+        .into_iter()
+        .find(|e| e.level == Level::WARN)
+        .expect("a WARN event for the codec error");
+    assert_eq!(warn.fields["idem.outcome"], "codec-error");
+    assert!(warn.fields["type_name"].contains("u64"), "{warn:?}");
+
+    let name = "trace.invalid";
+    let bad = idem
+        .call(name)
+        .key(&Unserializable)
+        .run(async { Ok::<_, Error>(1u8) })
+        .await;
+    assert!(matches!(bad, Err(Error::Key(_))), "{bad:?}");
+    let s = spans(name);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(field(&s[0].1, "idem.outcome"), "invalid", "{s:?}");
+    let warn = events(s[0].0, name)
+        .into_iter()
+        .find(|e| e.level == Level::WARN)
+        .expect("a WARN event for the bad key");
+    assert_eq!(warn.fields["idem.outcome"], "invalid");
     assert_no_secrets();
 }

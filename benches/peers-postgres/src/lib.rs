@@ -1,0 +1,1 @@
+//! Nothing here: the crate exists for `benches/peers_postgres.rs`.

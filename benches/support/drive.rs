@@ -1,0 +1,29 @@
+//! The load driver every concurrent bench shares: `iters` calls spread over `conc` tasks.
+
+use std::time::{Duration, Instant};
+
+/// Runs `iters` calls of `op` spread over `conc` tasks on the current tokio runtime and returns
+/// the wall time. `op` gets a distinct number per call (`0..`), which benches turn into keys.
+pub async fn drive<F, Fut>(conc: u64, iters: u64, op: F) -> Duration
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let per = iters.div_ceil(conc);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conc)
+        .map(|t| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                for j in 0..per {
+                    op(t * per + j).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Scale to the requested count so criterion's per-iteration time stays exact.
+    start.elapsed().mul_f64(iters as f64 / (per * conc) as f64)
+}
