@@ -11,10 +11,25 @@ const INSIDE_SCRIPTS: &[&str] = &["time", "hmget", "hset", "del", "pexpireat", "
 
 /// Client requests since `before`, not counting the counting itself (INFO).
 fn requests(before: &[(String, u64)], after: &[(String, u64)]) -> HashMap<String, u64> {
+    delta(before, after, |name| {
+        name != "info" && !INSIDE_SCRIPTS.contains(&name)
+    })
+}
+
+/// Commands idem's scripts ran since `before`.
+fn inside_scripts(before: &[(String, u64)], after: &[(String, u64)]) -> HashMap<String, u64> {
+    delta(before, after, |name| INSIDE_SCRIPTS.contains(&name))
+}
+
+fn delta(
+    before: &[(String, u64)],
+    after: &[(String, u64)],
+    counted: impl Fn(&str) -> bool,
+) -> HashMap<String, u64> {
     let before: HashMap<_, _> = before.iter().cloned().collect();
     after
         .iter()
-        .filter(|(name, _)| name != "info" && !INSIDE_SCRIPTS.contains(&name.as_str()))
+        .filter(|(name, _)| counted(name))
         .filter_map(|(name, calls)| {
             let d = calls - before.get(name).copied().unwrap_or(0);
             (d > 0).then(|| (name.clone(), d))
@@ -44,6 +59,13 @@ async fn fresh_call_is_two_round_trips_and_replay_one() {
         HashMap::from([("evalsha".to_string(), 2)]),
         "a fresh call: {fresh:?}"
     );
+    // Nobody waited, so the completion published nothing.
+    let inner = inside_scripts(&s0, &s1);
+    assert_eq!(
+        inner.get("publish"),
+        None,
+        "a fresh call's scripts ran: {inner:?}"
+    );
 
     assert!(call().await.unwrap().is_replayed());
     let s2 = commandstats(&mut probe).await;
@@ -52,6 +74,14 @@ async fn fresh_call_is_two_round_trips_and_replay_one() {
         replay,
         HashMap::from([("evalsha".to_string(), 1)]),
         "a replay: {replay:?}"
+    );
+    // Inside the script, a replay is one read: no TIME, no write (each `redis.call` costs about
+    // as much as the read).
+    let inner = inside_scripts(&s1, &s2);
+    assert_eq!(
+        inner,
+        HashMap::from([("hmget".to_string(), 1)]),
+        "a replay's script ran: {inner:?}"
     );
 }
 
@@ -85,8 +115,9 @@ async fn scripts_are_reloaded_after_script_flush() {
 }
 
 /// A duplicate that waits listens on pub/sub instead of polling: over a 1.5 s wait it sends a
-/// handful of requests (claim, subscribe, one look after subscribing, the final read), not one
-/// every few milliseconds, and it wakes with the value.
+/// handful of requests (claim, subscribe, one look after subscribing that marks the record as
+/// waited for, the final read), not one every few milliseconds, and it wakes with the value
+/// when the completion publishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_duplicate_listens_instead_of_polling() {
     let Some(server) = TempRedis::start(&[]) else {
@@ -125,4 +156,7 @@ async fn a_waiting_duplicate_listens_instead_of_polling() {
     // complete. Polling every 25 ms would have been about 60.
     assert_eq!(d.get("evalsha"), Some(&4), "{d:?}");
     assert_eq!(d.get("subscribe"), Some(&1), "{d:?}");
+    // The waiter's look marked the record, so its completion published: once.
+    let inner = inside_scripts(&s0, &s1);
+    assert_eq!(inner.get("publish"), Some(&1), "{inner:?}");
 }

@@ -28,9 +28,13 @@
 //! | `name` | the namespace |
 //! | `created_at`, `expires_at` | ms since the Unix epoch on the server's clock, decimal |
 //! | `nonce` | 16 random bytes naming the attempt that claimed it (see below) |
+//! | `waiters` | `1` once a waiter asked to be told (absent otherwise) |
 //!
-//! Every script publishes on the channel named like the key (the same string) when the record
-//! is completed or released; [`Store::changed`] listens there.
+//! A completion or release publishes on the channel named like the key (the same string) when
+//! the record carries `waiters`; [`Store::changed`] subscribes there and then sets the mark
+//! (`mark.lua`), which also tells it whether the record is still in progress. A completion
+//! nobody waits for sends nothing: in a script, `PUBLISH` costs a call of its own, as much as
+//! the read. An operator's forced release always publishes.
 //!
 //! # Time, expiry and purging
 //!
@@ -39,7 +43,9 @@
 //! is applied on the `expires_at` field, and the key also gets the native expiry `PEXPIREAT
 //! expires_at`: an in-progress record vanishes at the end of its lease, a completed one at the
 //! end of its TTL, without any sweeper. [`Store::purge_expired`] therefore has nothing to do and
-//! returns 0.
+//! returns 0. Because the native expiry and `expires_at` are the same instant on the same clock,
+//! a completed record that a claim can still read is live: a replay is one `HMGET`, without
+//! `TIME` (each `redis.call` costs a script about as much as the read itself).
 //!
 //! # Failures
 //!
@@ -185,16 +191,18 @@ const RELEASE_LUA: &str = include_str!("redis/release.lua");
 const RENEW_LUA: &str = include_str!("redis/renew.lua");
 const GET_LUA: &str = include_str!("redis/get.lua");
 const FORCE_RELEASE_LUA: &str = include_str!("redis/force_release.lua");
-const ALL_LUA: [&str; 6] = [
+const MARK_LUA: &str = include_str!("redis/mark.lua");
+const ALL_LUA: [&str; 7] = [
     CLAIM_LUA,
     COMPLETE_LUA,
     RELEASE_LUA,
     RENEW_LUA,
     GET_LUA,
     FORCE_RELEASE_LUA,
+    MARK_LUA,
 ];
 
-/// The six scripts, hashed once; `EVALSHA` with a `SCRIPT LOAD` fallback on `NOSCRIPT` (after a
+/// The seven scripts, hashed once; `EVALSHA` with a `SCRIPT LOAD` fallback on `NOSCRIPT` (after a
 /// server restart or `SCRIPT FLUSH`).
 struct Scripts {
     claim: Script,
@@ -203,6 +211,7 @@ struct Scripts {
     renew: Script,
     get: Script,
     force_release: Script,
+    mark: Script,
 }
 
 impl Scripts {
@@ -214,6 +223,7 @@ impl Scripts {
             renew: Script::new(RENEW_LUA),
             get: Script::new(GET_LUA),
             force_release: Script::new(FORCE_RELEASE_LUA),
+            mark: Script::new(MARK_LUA),
         }
     }
 }
@@ -571,15 +581,14 @@ impl RedisStore {
         }
     }
 
-    /// True while the record of `key` is live and in progress.
-    async fn in_progress(&self, key: &Digest) -> Result<bool, Error> {
-        Ok(matches!(
-            self.read("get", &self.scripts.get, key).await?,
-            Some(Record {
-                status: Status::InProgress,
-                ..
-            })
-        ))
+    /// Marks the record of `key` as waited for, so that its completion or release publishes;
+    /// true while it is in progress (and so marked), false when it is not (any more).
+    async fn mark_waiting(&self, key: &Digest) -> Result<bool, Error> {
+        let rkey = self.redis_key(key);
+        let (v, _) = self
+            .run("mark_waiting", &self.scripts.mark, &rkey, &[])
+            .await?;
+        Ok(matches!(v, Value::Int(1)))
     }
 }
 
@@ -605,7 +614,8 @@ fn as_i64(v: &Value) -> Option<i64> {
     }
 }
 
-/// `{status, token, fingerprint, value, name, created_at, expires_at, now}`.
+/// `{status, token, fingerprint, value, name, created_at, expires_at, now}` (`now` nil only
+/// for a completed record found by a claim).
 fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Error> {
     if f.len() != 8 {
         return Err(corrupt(op, "a record has 8 fields"));
@@ -619,6 +629,8 @@ fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Er
         Value::Nil => None,
         v => Some(as_bytes(v).ok_or_else(|| corrupt(op, "value"))?.to_vec()),
     };
+    let created_at = as_i64(&f[5]).ok_or_else(|| corrupt(op, "created_at"))?;
+    let expires_at = as_i64(&f[6]).ok_or_else(|| corrupt(op, "expires_at"))?;
     Ok(Record {
         name: as_bytes(&f[4])
             .and_then(|b| std::str::from_utf8(b).ok())
@@ -631,9 +643,16 @@ fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Er
         token: as_u64(&f[1]).ok_or_else(|| corrupt(op, "token"))?,
         status,
         value,
-        created_at: as_i64(&f[5]).ok_or_else(|| corrupt(op, "created_at"))?,
-        expires_at: as_i64(&f[6]).ok_or_else(|| corrupt(op, "expires_at"))?,
-        now: as_i64(&f[7]).ok_or_else(|| corrupt(op, "now"))?,
+        now: match (&f[7], status) {
+            // The claim script skips TIME for a completed record (the key's native expiry
+            // already proves it live) and nothing decides on `now` for one: this process's
+            // clock, kept inside the record's life, stands in.
+            (Value::Nil, Status::Completed) => super::local_now_ms()
+                .clamp(created_at, expires_at.saturating_sub(1).max(created_at)),
+            (v, _) => as_i64(v).ok_or_else(|| corrupt(op, "now"))?,
+        },
+        created_at,
+        expires_at,
     })
 }
 
@@ -673,7 +692,8 @@ impl Store for RedisStore {
     }
 
     /// Listens on the key's channel (one shared pub/sub connection for the whole store), then
-    /// looks at the record once, so a change that landed before the subscription is not missed.
+    /// marks the record as waited for and learns whether it is still in progress, in one
+    /// script: a change that landed before the mark is seen by it, one after it publishes.
     fn changed<'a>(&'a self, key: &'a Digest, timeout: Duration) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let channel = self.redis_key(key);
@@ -686,7 +706,7 @@ impl Store for RedisStore {
                 tokio::time::sleep(timeout.min(Duration::from_millis(25))).await;
                 return;
             }
-            match self.in_progress(key).await {
+            match self.mark_waiting(key).await {
                 Ok(true) => {}
                 // Changed already, or unreadable: let the caller look.
                 Ok(false) | Err(_) => return,

@@ -4,7 +4,7 @@
 -- now + ttl), 2 when it is already completed with this token (this call retried after a lost
 -- reply), 0 otherwise (taken over, released, lapsed): nothing changed.
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'status', 'token')
+local cur = redis.call('HMGET', key, 'status', 'token', 'waiters')
 if cur[2] ~= ARGV[1] then return 0 end
 if cur[1] == '1' then return 2 end
 if cur[1] ~= '0' then return 0 end
@@ -13,5 +13,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exp = string.format('%.0f', now + tonumber(ARGV[3]))
 redis.call('HSET', key, 'status', '1', 'value', ARGV[2], 'expires_at', exp)
 redis.call('PEXPIREAT', key, exp)
-redis.call('PUBLISH', key, 'completed')
+-- Only when a waiter marked the record (mark.lua): PUBLISH is a call of its own.
+if cur[3] then redis.call('PUBLISH', key, 'completed') end
 return 1
