@@ -13,10 +13,25 @@ export IDEM_TEST_POSTGRES_URL="${IDEM_TEST_POSTGRES_URL:-postgres://postgres@127
 export IDEM_TEST_REDIS_URL="${IDEM_TEST_REDIS_URL:-redis://127.0.0.1:6379/}"
 # Stale results of renamed or removed benches would otherwise reappear in a full report.
 if [ $# -eq 0 ]; then rm -rf target/criterion; fi
+peers_postgres() { # idem against agent-effects on PostgreSQL: a crate of its own
+  # (agent-effects-postgres builds a second sqlx), run with this target directory so that its
+  # results join the same report.
+  CARGO_TARGET_DIR="$PWD/target" cargo bench --manifest-path benches/peers-postgres/Cargo.toml "$@"
+}
+# Build first, so that the host reading below covers the measurements only.
+cargo bench --all-features --no-run "$@"
+if [ $# -eq 0 ]; then peers_postgres --no-run; fi
+
+# CPU time of the whole machine (/proc/stat): user … steal. Steal is time the hypervisor gave to
+# other guests; when it is high, absolute times in the report are inflated (ratios less so).
+cpu_times() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+read -r total0 steal0 < <(cpu_times)
+started=$(date -u +%Y-%m-%dT%H:%MZ)
 cargo bench --all-features "$@"
-if [ $# -eq 0 ]; then
-  # idem against agent-effects on PostgreSQL: a crate of its own (agent-effects-postgres builds
-  # a second sqlx), run with this target directory so that its results join the same report.
-  CARGO_TARGET_DIR="$PWD/target" cargo bench --manifest-path benches/peers-postgres/Cargo.toml
-fi
+if [ $# -eq 0 ]; then peers_postgres; fi
+read -r total1 steal1 < <(cpu_times)
+mkdir -p target/criterion/idem-notes
+awk -v t="$((total1 - total0))" -v s="$((steal1 - steal0))" -v at="$started" -v n="$(nproc)" 'BEGIN {
+  printf "## Host during the run\n\nStarted %s on %d hardware threads. Steal time (CPU time the hypervisor gave to other guests while the benches ran): **%.1f %%**. Above a few per cent, absolute times are inflated and noisier; compare ratios within this run, not with another run.\n", at, n, (t > 0 ? 100 * s / t : 0)
+}' > target/criterion/idem-notes/host.md
 cargo run --release --all-features --example bench_report -- target/criterion docs
