@@ -125,11 +125,7 @@ fn concurrent_store(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &str
 }
 
 fn concurrent(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = drive::runtime();
     concurrent_store(c, &rt, "memory", &Idem::memory());
     let dir = std::env::temp_dir().join(format!("idem-bench-c-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

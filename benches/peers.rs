@@ -8,7 +8,10 @@
 //! Groups `peers/fresh` and `peers/replay`; variant `idem` is `#[idempotent]` on `Idem::memory()`.
 //! `cargo bench --bench peers`.
 
-use agent_effects::{EffectFailure, EffectOutcome};
+#[path = "support/agent_effects.rs"]
+mod agent_effects_peer;
+
+use agent_effects_peer::{with_agent_effects, Receipt};
 use cached::proc_macro::cached;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use idem::{idempotent, Idem};
@@ -19,12 +22,6 @@ use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Receipt {
-    id: u64,
-    amount: u64,
-}
 
 const TTL: Duration = Duration::from_secs(86_400);
 const REPLAYED: u64 = 7;
@@ -66,27 +63,6 @@ async fn with_idempotent(store: &idempotent::store::memory::MemoryStore, order: 
             serde_json::from_slice(&done.response().body).unwrap()
         }
         InsertResult::Exists(ExistingEntry::Processing(_)) => panic!("in progress"),
-    }
-}
-
-async fn with_agent_effects(
-    runtime: &agent_effects::Runtime<agent_effects_memory::MemoryStore>,
-    order: u64,
-) -> Receipt {
-    let out = runtime
-        .effect("bench", order)
-        .input(&order)
-        .run(move |_| async move {
-            Ok::<_, EffectFailure>(Receipt {
-                id: black_box(order),
-                amount: 100,
-            })
-        })
-        .await
-        .unwrap();
-    match out {
-        EffectOutcome::Committed(r) => r,
-        other => panic!("{other:?}"),
     }
 }
 

@@ -19,6 +19,9 @@ use std::time::Duration;
 
 #[path = "support/drive.rs"]
 mod drive;
+#[path = "support/postgres.rs"]
+mod pg;
+use pg::bench_url;
 
 const TABLE: &str = "idem_bench";
 const REPLAY_KEYS: u64 = 1024;
@@ -122,17 +125,10 @@ async fn raw_minimal(s: &Setup, mode: Mode, i: u64) {
 }
 
 fn bench(c: &mut Criterion) {
-    let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: the postgres bench needs IDEM_TEST_POSTGRES_URL");
+    let Some(url) = bench_url("postgres") else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{sep}options=-c%20synchronous_commit%3Doff");
+    let rt = drive::runtime();
     let setup = rt.block_on(async {
         let opts = PostgresOptions::new().table(TABLE).max_connections(40);
         let store = PostgresStore::open_with(&url, opts).await.unwrap();

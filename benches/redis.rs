@@ -144,11 +144,7 @@ fn bench(c: &mut Criterion) {
     let Some(server) = redis_support::TempRedis::start(&[]) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = drive::runtime();
     let url = server.url();
     let idem = rt.block_on(idem::Idem::redis(&url)).unwrap();
     let raw = Arc::new(Raw {

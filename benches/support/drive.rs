@@ -27,3 +27,13 @@ where
     // Scale to the requested count so criterion's per-iteration time stays exact.
     start.elapsed().mul_f64(iters as f64 / (per * conc) as f64)
 }
+
+/// The runtime concurrent benches drive their load on: two workers, one per hardware thread of
+/// the development machine, so that client and server share the CPU the same way in every run.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

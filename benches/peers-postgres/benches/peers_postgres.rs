@@ -10,7 +10,6 @@
 //! the repository root with `benches/report.sh`, or alone:
 //! `CARGO_TARGET_DIR=target cargo bench --manifest-path benches/peers-postgres/Cargo.toml`.
 
-use agent_effects::{EffectFailure, EffectOutcome};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use idem::store::postgres::{PostgresOptions, PostgresStore};
 use idem::Idem;
@@ -19,10 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "../../support/agent_effects.rs"]
+mod agent_effects_peer;
 #[path = "../../support/drive.rs"]
 mod drive;
-
-type Effects = agent_effects::Runtime<agent_effects_postgres::PostgresStore>;
+#[path = "../../support/postgres.rs"]
+mod pg;
+use agent_effects_peer::{with_agent_effects, Receipt};
+use pg::bench_url;
 
 const TABLE: &str = "idem_bench_peers";
 const SCHEMA: &str = "idem_bench_agent_effects";
@@ -30,12 +33,6 @@ const REPLAY_KEYS: u64 = 1024;
 /// Fresh keys start above the replayed ones and above any earlier run's (agent-effects keeps
 /// its rows; a key it has seen would be a replay).
 static NEXT: AtomicU64 = AtomicU64::new(0);
-
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Receipt {
-    id: u64,
-    amount: u64,
-}
 
 async fn with_idem(idem: &Idem, order: u64) -> Receipt {
     idem.call("bench")
@@ -51,36 +48,11 @@ async fn with_idem(idem: &Idem, order: u64) -> Receipt {
         .into_inner()
 }
 
-async fn with_agent_effects(effects: &Effects, order: u64) -> Receipt {
-    let out = effects
-        .effect("bench", order)
-        .input(&order)
-        .run(move |_| async move {
-            Ok::<_, EffectFailure>(Receipt {
-                id: black_box(order),
-                amount: 100,
-            })
-        })
-        .await
-        .unwrap();
-    match out {
-        EffectOutcome::Committed(r) => r,
-        other => panic!("agent-effects: {other:?}"),
-    }
-}
-
 fn bench(c: &mut Criterion) {
-    let Ok(url) = std::env::var("IDEM_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: the peers_postgres bench needs IDEM_TEST_POSTGRES_URL");
+    let Some(url) = bench_url("peers_postgres") else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{sep}options=-c%20synchronous_commit%3Doff");
+    let rt = drive::runtime();
     let (idem, effects) = rt.block_on(async {
         let opts = PostgresOptions::new().table(TABLE).max_connections(40);
         let store = PostgresStore::open_with(&url, opts).await.unwrap();
