@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export IDEM_TEST_POSTGRES_URL="${IDEM_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export IDEM_TEST_REDIS_URL="${IDEM_TEST_REDIS_URL:-redis://127.0.0.1:6379/}"
+# Growth up to 10 million live rows, as issue 6 asks (about 2 GB of PostgreSQL and SQLite tables
+# for the run; IDEM_BENCH_GROWTH_10M=0 stops at 1 million).
+export IDEM_BENCH_GROWTH_10M="${IDEM_BENCH_GROWTH_10M:-1}"
 # Stale results of renamed or removed benches would otherwise reappear in a full report.
 if [ $# -eq 0 ]; then rm -rf target/criterion; fi
 peers_postgres() { # idem against agent-effects on PostgreSQL: a crate of its own

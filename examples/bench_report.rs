@@ -271,7 +271,9 @@ fn markdown(benches: &[Bench], by_id: &BTreeMap<(String, String, String), f64>) 
         }
     }
 
-    // Everything else (contention, growth, the http layer, …): group by group.
+    growth(&mut md, benches, &mut shown);
+
+    // Everything else (contention, the http layer, …): group by group.
     let mut rest: BTreeMap<&str, Vec<&Bench>> = BTreeMap::new();
     for b in benches.iter().filter(|b| !shown.contains(&b.group)) {
         rest.entry(&b.group).or_default().push(b);
@@ -298,6 +300,71 @@ fn markdown(benches: &[Bench], by_id: &BTreeMap<(String, String, String), f64>) 
         }
     }
     md
+}
+
+/// The growth groups (`growth/<store>`, functions `fresh`/`replay`, parameter the live rows):
+/// one row per store and call, the medians by table size and the largest size against the
+/// smallest (the target: under 1.5× from 10 thousand to 10 million rows).
+fn growth(md: &mut String, benches: &[Bench], shown: &mut std::collections::BTreeSet<String>) {
+    // (store, call) -> [(rows, median)]
+    let mut rows: BTreeMap<(&str, &str), Vec<(u64, f64)>> = BTreeMap::new();
+    for b in benches {
+        let Some(store) = b.group.strip_prefix("growth/") else {
+            continue;
+        };
+        if let Ok(n) = b.value.parse::<u64>() {
+            rows.entry((store, &b.function))
+                .or_default()
+                .push((n, b.median_ns));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let mut sizes: Vec<u64> = rows.values().flatten().map(|&(n, _)| n).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let count = |n: u64| match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{} M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{} k", n / 1_000),
+        n => n.to_string(),
+    };
+    let _ = writeln!(md, "\n## Growth\n");
+    let _ = writeln!(
+        md,
+        "Latency of one call (c = 1) as the table holds more live rows. The last column is the \
+         largest table against the smallest, in this run.\n"
+    );
+    let heads: Vec<String> = sizes
+        .iter()
+        .map(|&n| format!("{} rows", count(n)))
+        .collect();
+    let _ = writeln!(
+        md,
+        "| store | call | {} | largest / smallest |",
+        heads.join(" | ")
+    );
+    let _ = writeln!(md, "|---|---|{}---|", "---|".repeat(sizes.len()));
+    for ((store, call), mut points) in rows {
+        points.sort_by_key(|&(n, _)| n);
+        let cells: Vec<String> = sizes
+            .iter()
+            .map(|n| {
+                points
+                    .iter()
+                    .find(|(m, _)| m == n)
+                    .map_or("—".to_string(), |&(_, ns)| time(ns))
+            })
+            .collect();
+        let ratio = match (points.first(), points.last()) {
+            (Some(&(a, lo)), Some(&(b, hi))) if b > a => {
+                format!("{:.2} ({} → {})", hi / lo, count(a), count(b))
+            }
+            _ => "—".to_string(),
+        };
+        let _ = writeln!(md, "| {store} | {call} | {} | {ratio} |", cells.join(" | "));
+        shown.insert(format!("growth/{store}"));
+    }
 }
 
 /// One line of the chart: label, store index, mode index, (concurrency, calls per second).
