@@ -12,6 +12,9 @@
 //! `cargo bench --bench growth --all-features`. The purge figures are printed and written to
 //! `target/criterion/idem-notes/purge.md`, which `examples/bench_report.rs` includes.
 
+#[path = "support/notes.rs"]
+mod notes;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use idem::store::sqlite::SqliteStore;
 use idem::Idem;
@@ -248,13 +251,7 @@ fn bench(c: &mut Criterion) {
         let line = rt.block_on(purge(label, idem, db, filled));
         let _ = writeln!(notes, "{line}");
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "target".into());
-    let notes_dir = target.join("criterion").join("idem-notes");
-    if std::fs::create_dir_all(&notes_dir).is_ok() {
-        let _ = std::fs::write(notes_dir.join("purge.md"), &notes);
-    }
+    notes::write_note("purge.md", &notes);
     #[cfg(feature = "postgres")]
     rt.block_on(async {
         for (_, _, db) in &targets {

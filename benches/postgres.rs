@@ -19,6 +19,10 @@ use std::time::Duration;
 
 #[path = "support/drive.rs"]
 mod drive;
+#[path = "support/notes.rs"]
+mod notes;
+#[path = "support/paired.rs"]
+mod paired;
 #[path = "support/postgres.rs"]
 mod pg;
 use pg::bench_url;
@@ -182,25 +186,45 @@ fn bench(c: &mut Criterion) {
             let mut variants = ["idem", "raw_same", "raw_minimal"];
             variants.rotate_left(round);
             for variant in variants {
+                let op = op(&setup, mode, variant);
                 g.bench_with_input(BenchmarkId::new(variant, conc), &conc, |b, &conc| {
                     b.iter_custom(|iters| {
-                        let setup = setup.clone();
-                        rt.block_on(drive::drive(conc, iters, move |i| {
-                            let s = setup.clone();
-                            async move {
-                                match variant {
-                                    "idem" => idem_call(&s, mode, i).await,
-                                    "raw_same" => raw_same(&s, mode, i).await,
-                                    _ => raw_minimal(&s, mode, i).await,
-                                }
-                            }
-                        }))
+                        let op = op.clone();
+                        rt.block_on(drive::drive(conc, iters, move |i| op(i)))
                     })
                 });
             }
         }
         g.finish();
     }
+
+    // The same comparisons as paired ratios (see support/paired.rs).
+    let mut rows = Vec::new();
+    for (mode, label) in [(Mode::Replay, "replay"), (Mode::Fresh, "fresh")] {
+        for conc in [1u64, 16, 64] {
+            let variants: Vec<_> = ["idem", "raw_same", "raw_minimal"]
+                .into_iter()
+                .map(|variant| (variant, op(&setup, mode, variant)))
+                .collect();
+            rows.push((label, conc, paired::paired(&rt, conc, &variants)));
+        }
+    }
+    notes::write_note("paired-postgres.md", &paired::table("PostgreSQL", &rows));
+}
+
+/// One call of `variant` (`idem`, `raw_same` or `raw_minimal`).
+fn op(setup: &Arc<Setup>, mode: Mode, variant: &'static str) -> paired::Op {
+    let setup = setup.clone();
+    Arc::new(move |i| {
+        let s = setup.clone();
+        Box::pin(async move {
+            match variant {
+                "idem" => idem_call(&s, mode, i).await,
+                "raw_same" => raw_same(&s, mode, i).await,
+                _ => raw_minimal(&s, mode, i).await,
+            }
+        })
+    })
 }
 
 criterion_group!(benches, bench);

@@ -11,6 +11,10 @@
 
 #[path = "support/drive.rs"]
 mod drive;
+#[path = "support/notes.rs"]
+mod notes;
+#[path = "support/paired.rs"]
+mod paired;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
@@ -165,51 +169,43 @@ fn bench(c: &mut Criterion) {
             raw.minimal_call(n).await;
         }
     });
+    // One call of a variant (`idem`, `raw`, `raw_minimal`). A replay reads one of the stored
+    // keys; a fresh call takes a new one.
+    let op = |variant: &'static str, replay: bool| -> paired::Op {
+        let (idem, raw, next) = (idem.clone(), raw.clone(), next.clone());
+        Arc::new(move |_| {
+            let (idem, raw, next) = (idem.clone(), raw.clone(), next.clone());
+            Box::pin(async move {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let n = if replay {
+                    REPLAY_BASE + n % REPLAY_KEYS
+                } else {
+                    n
+                };
+                match variant {
+                    "idem" => idem_call(&idem, n, replay).await,
+                    _ => raw.run(variant, replay, n).await,
+                }
+            })
+        })
+    };
+    const VARIANTS: [&str; 3] = ["idem", "raw", "raw_minimal"];
     for (mode, replay) in [("replay", true), ("fresh", false)] {
-        // A replay reads one of the stored keys; a fresh call takes a new one.
-        let key = move |n: u64| {
-            if replay {
-                REPLAY_BASE + n % REPLAY_KEYS
-            } else {
-                n
-            }
-        };
         let mut g = c.benchmark_group(format!("redis/{mode}"));
         g.sample_size(20)
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3))
             .throughput(Throughput::Elements(1));
         for concurrency in [1u64, 16, 64] {
-            g.bench_with_input(
-                BenchmarkId::new("idem", concurrency),
-                &concurrency,
-                |b, &concurrency| {
-                    b.to_async(&rt).iter_custom(|iters| {
-                        let (idem, next) = (idem.clone(), next.clone());
-                        drive::drive(concurrency, iters, move |_| {
-                            let (idem, next) = (idem.clone(), next.clone());
-                            async move {
-                                let n = key(next.fetch_add(1, Ordering::Relaxed));
-                                idem_call(&idem, n, replay).await
-                            }
-                        })
-                    })
-                },
-            );
-            for variant in ["raw", "raw_minimal"] {
+            for variant in VARIANTS {
+                let op = op(variant, replay);
                 g.bench_with_input(
                     BenchmarkId::new(variant, concurrency),
                     &concurrency,
                     |b, &concurrency| {
                         b.to_async(&rt).iter_custom(|iters| {
-                            let (raw, next) = (raw.clone(), next.clone());
-                            drive::drive(concurrency, iters, move |_| {
-                                let (raw, next) = (raw.clone(), next.clone());
-                                async move {
-                                    let n = key(next.fetch_add(1, Ordering::Relaxed));
-                                    raw.run(variant, replay, n).await
-                                }
-                            })
+                            let op = op.clone();
+                            drive::drive(concurrency, iters, move |i| op(i))
                         })
                     },
                 );
@@ -217,6 +213,16 @@ fn bench(c: &mut Criterion) {
         }
         g.finish();
     }
+
+    // The same comparisons as paired ratios (see support/paired.rs).
+    let mut rows = Vec::new();
+    for (mode, replay) in [("replay", true), ("fresh", false)] {
+        for conc in [1u64, 16, 64] {
+            let variants: Vec<_> = VARIANTS.map(|v| (v, op(v, replay))).into();
+            rows.push((mode, conc, paired::paired(&rt, conc, &variants)));
+        }
+    }
+    notes::write_note("paired-redis.md", &paired::table("Redis", &rows));
     drop(server);
 }
 

@@ -8,7 +8,7 @@
 //! | `mark_waiting` | `UPDATE … SET waiters WHERE key AND status = 0 AND NOT waiters AND live` + a read (waiters only) |
 //! | `renew` | `UPDATE … SET expires_at WHERE key AND token AND status = 0` |
 //! | `get` | `SELECT … WHERE key AND expires_at > now` |
-//! | `purge_expired` | `DELETE … WHERE key IN (SELECT key … WHERE expires_at <= now ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED)` |
+//! | `purge_expired` | `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE expires_at <= now ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED))` |
 //!
 //! Every time is the server's: `statement_timestamp()` in milliseconds since the epoch, one
 //! instant per statement, never the client's clock, so instances with skewed clocks agree. Keys and
@@ -275,12 +275,19 @@ impl Sql {
             get: format!(
                 "SELECT {cols}, {CLOCK} FROM {r} WHERE key = $1 AND expires_at > {CLOCK}"
             ),
+            // The clock is written inline: `statement_timestamp()` is stable, so the planner
+            // bounds the index scan with it (`Index Cond: expires_at <= …`). Behind a CTE it
+            // could only filter, and a batch that found fewer than `n` expired rows (the last
+            // one of every purge, and every reaper tick on a clean table) walked the whole
+            // index: 1.6 s at 2 M live rows. The rows are deleted by the `ctid` their lock
+            // returned rather than looked up again by key: the lock is held to the delete, so
+            // the tuple cannot move, and a primary-key probe per row is saved (a batch of
+            // 1 000 took 4.5 ms instead of 14).
             purge: format!(
-                "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now), \
-                 doomed AS (SELECT e.key FROM {r} e, clock WHERE e.expires_at <= clock.now \
-                            ORDER BY e.expires_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
-                 DELETE FROM {r} WHERE key IN (SELECT key FROM doomed) \
-                   AND expires_at <= (SELECT now FROM clock)"
+                "DELETE FROM {r} WHERE ctid = ANY(ARRAY( \
+                   SELECT e.ctid FROM {r} e WHERE e.expires_at <= {CLOCK} \
+                    ORDER BY e.expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)) \
+                   AND expires_at <= {CLOCK}"
             ),
             force_release: format!(
                 "WITH d AS (DELETE FROM {r} WHERE key = $1 RETURNING *) \
