@@ -192,9 +192,9 @@ fn markdown(benches: &[Bench], by_id: &BTreeMap<(String, String, String), f64>) 
                     Some(&f) => (
                         format!("{} ({floor})", time(f)),
                         time(idem - f),
-                        // A floor of a few ns (no I/O) makes a ratio meaningless: the
-                        // difference is the figure then.
-                        if f * 100.0 < idem {
+                        // A floor under a microsecond (no I/O: the bare fn) makes a ratio
+                        // meaningless: the difference is the figure then.
+                        if f < 1_000.0 {
                             "—".to_string()
                         } else {
                             format!("{:.2}", idem / f)
