@@ -69,6 +69,7 @@ macro_rules! conformance_suite {
             type_change_is_a_codec_error, ttl_expiry_frees_the_key, concurrent_duplicates_run_once,
             odd_keys_are_just_keys, kept_errors_replay, scope_and_name_separate_keys,
             current_key_is_stable_across_retries, purge_removes_only_expired_records,
+            purge_spares_claims_taken_over_meanwhile,
             get_returns_the_live_record, force_release_frees_a_live_claim, values_are_binary_safe,
             steps_replay_finished_and_rerun_failed, steps_survive_a_crash_between_steps,
             steps_nest_and_dedupe, step_with_other_arguments_is_a_mismatch);
@@ -802,6 +803,64 @@ pub mod scenarios {
             );
         }
         assert_eq!(c.get(), 8);
+    }
+
+    /// A purge that runs while calls take over expired keys deletes none of the claims those
+    /// calls now hold: every call runs, completes and stores its result. (A purge that deleted
+    /// a row between its takeover and its completion would fail that completion.)
+    pub async fn purge_spares_claims_taken_over_meanwhile(idem: Idem) {
+        const N: usize = 200;
+        let name = unique("purgerace");
+        for i in 0..N {
+            idem.call(name.clone())
+                .key(&i)
+                .ttl(Duration::from_millis(50))
+                .run(async move { Ok::<_, Failure>(i) })
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let purge = {
+            let idem = idem.clone();
+            tokio::spawn(async move {
+                for _ in 0..N / 5 {
+                    idem.purge_expired(5).await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let callers: Vec<_> = (0..4)
+            .map(|t| {
+                let (idem, name) = (idem.clone(), name.clone());
+                tokio::spawn(async move {
+                    for i in (t..N).step_by(4) {
+                        let out = idem
+                            .call(name.clone())
+                            .key(&i)
+                            .run(async move {
+                                tokio::task::yield_now().await;
+                                Ok::<_, Failure>(N + i)
+                            })
+                            .await
+                            .unwrap();
+                        assert_eq!(out, Outcome::Fresh(N + i), "key {i}");
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.await.unwrap();
+        }
+        purge.await.unwrap();
+        for i in 0..N {
+            let out = idem
+                .call(name.clone())
+                .key(&i)
+                .run(async move { Ok::<_, Failure>(0) })
+                .await
+                .unwrap();
+            assert_eq!(out, Outcome::Replayed(N + i), "key {i}");
+        }
     }
 
     /// `get` returns the live record as stored: name, fingerprint, status, value, times.
