@@ -22,6 +22,8 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sqlite_url = format!("sqlite://{}", dir.path().join("contention.db").display());
+    // Pushed to only with the `postgres` or `redis` feature.
+    #[allow(unused_mut)]
     let mut stores = vec![
         ("memory", Idem::memory()),
         ("sqlite", rt.block_on(Idem::sqlite(&sqlite_url)).unwrap()),

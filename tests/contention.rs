@@ -1,7 +1,9 @@
 //! 1 000 concurrent duplicates of one key: the body runs exactly once and all 1 000 callers get
 //! its value, on every store (`idem::testkit::stampede` asserts both).
 
-use idem::testkit::{service_url, stampede};
+#[cfg(any(feature = "postgres", feature = "redis"))]
+use idem::testkit::service_url;
+use idem::testkit::stampede;
 use idem::Idem;
 
 const DUPLICATES: usize = 1000;
