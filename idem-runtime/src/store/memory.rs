@@ -106,7 +106,8 @@ impl Default for MemoryStore {
 
 fn record(key: &Digest, e: &Entry, now: i64) -> Record {
     Record {
-        name: e.name.to_string(),
+        // `String::from`, not `to_string`: a `Box<str>` would go through `Display`.
+        name: String::from(&*e.name),
         key: *key,
         fingerprint: e.fingerprint,
         token: e.token,
