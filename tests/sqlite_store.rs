@@ -168,6 +168,39 @@ async fn the_reaper_purges_expired_rows() {
     assert_eq!(left, 0);
 }
 
+/// `purge_expired(limit)` deletes up to `limit` expired rows and never a live one; a short
+/// count says the expired rows are drained.
+#[tokio::test]
+async fn a_purge_deletes_up_to_its_limit_and_spares_live_rows() {
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let pool = store.pool().clone();
+    // 350 expired rows (expires_at 1 ms after the epoch) and one live one.
+    sqlx::query(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 350) \
+         INSERT INTO idem_keys (key, name, fingerprint, token, status, value, created_at, expires_at) \
+         SELECT zeroblob(24) || CAST(i AS BLOB) || zeroblob(8 - length(CAST(i AS BLOB))), 'old', \
+                zeroblob(32), 1, 1, NULL, 0, 1 FROM n",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let idem = Idem::from_store(store);
+    idem.call("kept")
+        .key("live")
+        .run(async { Ok::<_, Error>(()) })
+        .await
+        .unwrap();
+    let store = idem.store();
+    assert_eq!(store.purge_expired(250).await.unwrap(), 250);
+    assert_eq!(store.purge_expired(1000).await.unwrap(), 100);
+    assert_eq!(store.purge_expired(1000).await.unwrap(), 0);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 1, "the live row stays");
+}
+
 /// `sqlite::memory:` survives its pooled connection being closed, as the pool does when a
 /// caller drops a query future mid-statement (CI once saw "no such table" after exactly that).
 #[tokio::test]
