@@ -482,7 +482,8 @@ mod metrics_impl {
             name.len(),
             outcome.as_ptr() as usize,
         );
-        if !keys.contains_key(&id) && keys.len() >= CALL_KEYS_PER_THREAD {
+        // The length first: a cached key (every call but the first) is looked up once, below.
+        if keys.len() >= CALL_KEYS_PER_THREAD && !keys.contains_key(&id) {
             return false;
         }
         let key = keys.entry(id).or_insert_with(|| {
