@@ -3,7 +3,7 @@
 //! `idem::testkit::stampede`, that the body ran exactly once.
 //!
 //! Memory and SQLite always; PostgreSQL with `IDEM_TEST_POSTGRES_URL`, Redis with
-//! `IDEM_TEST_REDIS_URL`. `cargo bench --bench contention --all-features`.
+//! `IDEM_TEST_REDIS_URL`. `cargo bench -p idem-benches --bench contention`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 use idem::testkit::stampede;

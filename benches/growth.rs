@@ -1,22 +1,27 @@
-//! Growth: fresh-call (claim + complete) and replay latency on PostgreSQL and SQLite as the
-//! table holds 10 thousand, 1 million (and, with `IDEM_BENCH_GROWTH_10M=1`, 10 million) live
+//! Growth: fresh-call (claim + complete) and replay latency on PostgreSQL, MySQL / MariaDB and
+//! SQLite as the table holds 10 thousand, 1 million (and, with `IDEM_BENCH_GROWTH_10M=1`, 10 million) live
 //! rows; then `purge_expired`'s cost per row and the p99 of concurrent calls while it runs.
 //!
 //! The rows are made by one `INSERT … SELECT` (PostgreSQL `generate_series`, SQLite a recursive
-//! CTE) into a bench-only table. PostgreSQL runs with `synchronous_commit = off` and SQLite with
-//! `synchronous = NORMAL` (WAL): with a flush per commit, the disk is all a fresh call measures
-//! and index depth would not show. PostgreSQL needs `IDEM_TEST_POSTGRES_URL`.
+//! CTE, MariaDB a `seq_0_to_<n>` table of its Sequence engine) into a bench-only table.
+//! PostgreSQL runs with `synchronous_commit = off` and SQLite with `synchronous = NORMAL` (WAL):
+//! with a flush per commit, the disk is all a fresh call measures and index depth would not
+//! show. MySQL's counterpart, `innodb_flush_log_at_trx_commit`, is global only: the bench runs
+//! with the server's setting. PostgreSQL needs `IDEM_TEST_POSTGRES_URL`, MySQL
+//! `IDEM_TEST_MYSQL_URL` (and MariaDB's Sequence engine, which MySQL 8 lacks: without it the
+//! MySQL part says so and is skipped).
 //!
-//! `IDEM_BENCH_GROWTH_STORES=postgres` (or `sqlite`) runs one store only.
+//! `IDEM_BENCH_GROWTH_STORES=postgres` (or `mysql`, or `sqlite`, or a comma-separated list)
+//! runs those stores only.
 //!
-//! `cargo bench --bench growth --all-features`. The purge figures are printed and written to
-//! `target/criterion/idem-notes/purge.md`, which `examples/bench_report.rs` includes.
+//! `cargo bench -p idem-benches --bench growth`. The purge figures are printed and written to
+//! `target/criterion/idem-notes/purge.md`, which `benches/bench_report.rs` includes.
 
 #[path = "support/notes.rs"]
 mod notes;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use idem::store::sqlite::SqliteStore;
+use idem::store::sqlite::SqliteOptions;
 use idem::Idem;
 use sqlx::sqlite::SqliteSynchronous;
 use std::fmt::Write as _;
@@ -36,6 +41,8 @@ static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
 enum Db {
     #[cfg(feature = "postgres")]
     Pg(idem::store::postgres::sqlx::PgPool),
+    #[cfg(feature = "mysql")]
+    My(sqlx::MySqlPool),
     Lite(sqlx::SqlitePool),
 }
 
@@ -59,6 +66,27 @@ impl Db {
                 .await
                 .unwrap();
                 sqlx::query(&format!("VACUUM ANALYZE {TABLE}"))
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            #[cfg(feature = "mysql")]
+            Db::My(pool) => {
+                // `seq` is unsigned: made signed before the (possibly negative) offset is added.
+                let key = "UNHEX(SHA2(CONCAT('fill:', CAST(seq AS SIGNED) + ?), 256))";
+                sqlx::query(&format!(
+                    "INSERT INTO {TABLE} \
+                       (`key`, `name`, `fingerprint`, `token`, `status`, `value`, `created_at`, `expires_at`) \
+                     SELECT {key}, 'fill', {key}, 1, 1, x'01', 0, ? FROM seq_0_to_{}",
+                    to - from
+                ))
+                .bind(from)
+                .bind(from)
+                .bind(expires_at)
+                .execute(pool)
+                .await
+                .unwrap();
+                sqlx::query(&format!("ANALYZE TABLE {TABLE}"))
                     .execute(pool)
                     .await
                     .unwrap();
@@ -182,10 +210,11 @@ fn bench(c: &mut Criterion) {
     let wanted = |store: &str| only.is_empty() || only.split(',').any(|s| s.trim() == store);
     rt.block_on(async {
         let url = format!("sqlite://{}", dir.path().join("growth.db").display());
-        let store = SqliteStore::options(&url)
+        let store = SqliteOptions::from_url(&url)
+            .unwrap()
             .table(TABLE)
             .synchronous(SqliteSynchronous::Normal)
-            .open()
+            .connect()
             .await
             .unwrap();
         let pool = store.pool().clone();
@@ -195,20 +224,59 @@ fn bench(c: &mut Criterion) {
         #[cfg(feature = "postgres")]
         match std::env::var("IDEM_TEST_POSTGRES_URL") {
             Ok(url) if wanted("postgres") => {
-                use idem::store::postgres::{sqlx, PostgresOptions, PostgresStore};
+                use idem::store::postgres::{sqlx, PostgresOptions};
                 let sep = if url.contains('?') { '&' } else { '?' };
                 let url = format!("{url}{sep}options=-c%20synchronous_commit%3Doff");
-                let opts = PostgresOptions::new().table(TABLE).max_connections(20);
-                let store = PostgresStore::open_with(&url, opts).await.unwrap();
+                let opts = PostgresOptions::from_url(&url)
+                    .unwrap()
+                    .table(TABLE)
+                    .max_connections(20);
+                let store = opts.connect().await.unwrap();
                 sqlx::query(&format!("TRUNCATE {TABLE}"))
                     .execute(store.pool())
                     .await
                     .unwrap();
                 let pool = store.pool().clone();
-                targets.push(("postgres", store.idem(), Db::Pg(pool)));
+                targets.push(("postgres", Idem::from_store(store.clone()), Db::Pg(pool)));
             }
             Ok(_) => {}
             Err(_) => eprintln!("skipped: postgres growth (IDEM_TEST_POSTGRES_URL is not set)"),
+        }
+        #[cfg(feature = "mysql")]
+        match std::env::var("IDEM_TEST_MYSQL_URL") {
+            Ok(url) if wanted("mysql") => {
+                use idem::store::mysql::MysqlOptions;
+                let store = MysqlOptions::from_url(&url)
+                    .unwrap()
+                    .table(TABLE)
+                    .max_connections(20)
+                    .connect()
+                    .await
+                    .unwrap();
+                let pool = store.pool().clone();
+                if sqlx::query("SELECT 1 FROM seq_0_to_0")
+                    .execute(&pool)
+                    .await
+                    .is_ok()
+                {
+                    sqlx::query(&format!("TRUNCATE TABLE {TABLE}"))
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                    targets.push(("mysql", Idem::from_store(store), Db::My(pool)));
+                } else {
+                    eprintln!(
+                        "skipped: mysql growth (the server has no Sequence engine to fill the \
+                         table: MariaDB has one, MySQL 8 does not)"
+                    );
+                    let _ =
+                        sqlx::query(&format!("DROP TABLE IF EXISTS {TABLE}, {TABLE}_migrations"))
+                            .execute(&pool)
+                            .await;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => eprintln!("skipped: mysql growth (IDEM_TEST_MYSQL_URL is not set)"),
         }
     });
 
@@ -254,16 +322,21 @@ fn bench(c: &mut Criterion) {
         let _ = writeln!(notes, "{line}");
     }
     notes::write_note("purge.md", &notes);
-    #[cfg(feature = "postgres")]
+    // Give the space back: the bench table is the bench's alone.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     rt.block_on(async {
+        let drop = format!("DROP TABLE IF EXISTS {TABLE}, {TABLE}_migrations");
         for (_, _, db) in &targets {
-            if let Db::Pg(pool) = db {
-                // Give the space back: the bench table is the bench's alone.
-                let _ = idem::store::postgres::sqlx::query(&format!(
-                    "DROP TABLE IF EXISTS {TABLE}, {TABLE}_migrations"
-                ))
-                .execute(pool)
-                .await;
+            match db {
+                #[cfg(feature = "postgres")]
+                Db::Pg(pool) => {
+                    let _ = sqlx::query(&drop).execute(pool).await;
+                }
+                #[cfg(feature = "mysql")]
+                Db::My(pool) => {
+                    let _ = sqlx::query(&drop).execute(pool).await;
+                }
+                Db::Lite(_) => {}
             }
         }
     });

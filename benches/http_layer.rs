@@ -3,7 +3,7 @@
 //! it measures the layer, not the socket.
 //!
 //! ```text
-//! cargo bench --bench http_layer --features axum
+//! cargo bench -p idem-benches --bench http_layer
 //! ```
 
 use axum::body::Body;

@@ -5,7 +5,7 @@
 //! `memory/replay`, `sqlite/fresh`, `sqlite/replay`; variants `idem` and `no_attribute`), the
 //! shape every store's bench has, for `benches/report.sh`.
 //!
-//! `cargo bench --bench overhead`
+//! `cargo bench -p idem-benches --bench overhead`
 
 #[path = "support/drive.rs"]
 mod drive;

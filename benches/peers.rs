@@ -6,7 +6,7 @@
 //! - `cached` 4 (`#[cached]` on an async fn): memoisation, no claim, so replay only.
 //!
 //! Groups `peers/fresh` and `peers/replay`; variant `idem` is `#[idempotent]` on `Idem::memory()`.
-//! `cargo bench --bench peers`.
+//! `cargo bench -p idem-benches --bench peers`.
 
 #[path = "support/agent_effects.rs"]
 mod agent_effects_peer;

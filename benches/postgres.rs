@@ -8,14 +8,12 @@
 //! the development machine's disk) is all a fresh call measures, for idem and raw alike. Each
 //! side has a pool of 40 connections (the server allows 100 in all).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use idem::store::postgres::{sqlx, PostgresOptions, PostgresStore};
+use criterion::{criterion_group, criterion_main, Criterion};
+use idem::store::postgres::{sqlx, PostgresOptions};
 use idem::Idem;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Row;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 #[path = "support/drive.rs"]
 mod drive;
@@ -23,6 +21,9 @@ mod drive;
 mod notes;
 #[path = "support/paired.rs"]
 mod paired;
+#[path = "support/sql.rs"]
+mod sql;
+use sql::{idem_call, key_number, raw_key, Mode, REPLAY_KEYS};
 #[path = "support/postgres.rs"]
 mod pg;
 use pg::bench_url;
@@ -30,20 +31,6 @@ use pg::bench_url;
 const TABLE: &str = "idem_bench";
 /// What each group compares, idem first: see the module docs.
 const VARIANTS: [&str; 3] = ["idem", "raw_same", "raw_minimal"];
-const REPLAY_KEYS: u64 = 1024;
-static NEXT: AtomicU64 = AtomicU64::new(1 << 40);
-
-/// A raw key: a sha256 digest like idem's (spread over the index as idem's are), in a
-/// namespace of its own.
-fn raw_key(n: u64) -> [u8; 32] {
-    idem::key::key_digest("raw-bench", None, &n.to_be_bytes()).0
-}
-
-#[derive(Clone, Copy)]
-enum Mode {
-    Fresh,
-    Replay,
-}
 
 struct Setup {
     idem: Idem,
@@ -53,26 +40,8 @@ struct Setup {
     channel: Arc<str>,
 }
 
-async fn idem_call(s: &Setup, mode: Mode, i: u64) {
-    let n = match mode {
-        Mode::Fresh => NEXT.fetch_add(1, Ordering::Relaxed),
-        Mode::Replay => i % REPLAY_KEYS,
-    };
-    let out = s
-        .idem
-        .call("bench")
-        .key(&n)
-        .run(async move { Ok::<_, idem::Error>(n) })
-        .await
-        .unwrap();
-    debug_assert_eq!(out.is_replayed(), matches!(mode, Mode::Replay));
-}
-
 async fn raw_same(s: &Setup, mode: Mode, i: u64) {
-    let n = match mode {
-        Mode::Fresh => NEXT.fetch_add(1, Ordering::Relaxed),
-        Mode::Replay => i % REPLAY_KEYS,
-    };
+    let n = key_number(mode, i);
     let key = raw_key(n);
     let r = sqlx::query(&s.claim)
         .bind(&key[..])
@@ -100,7 +69,7 @@ async fn raw_same(s: &Setup, mode: Mode, i: u64) {
 async fn raw_minimal(s: &Setup, mode: Mode, i: u64) {
     match mode {
         Mode::Fresh => {
-            let key = raw_key(NEXT.fetch_add(1, Ordering::Relaxed));
+            let key = raw_key(key_number(Mode::Fresh, i));
             sqlx::query(&format!(
                 "INSERT INTO {TABLE} (key, name, fingerprint, token, status, created_at, expires_at) \
                  VALUES ($1, 'bench', $1, 1, 0, 0, 9000000000000)"
@@ -119,7 +88,7 @@ async fn raw_minimal(s: &Setup, mode: Mode, i: u64) {
             .unwrap();
         }
         Mode::Replay => {
-            let key = raw_key(i % REPLAY_KEYS);
+            let key = raw_key(key_number(Mode::Replay, i));
             let _: Option<(Option<Vec<u8>>,)> =
                 sqlx::query_as(&format!("SELECT value FROM {TABLE} WHERE key = $1"))
                     .bind(&key[..])
@@ -136,8 +105,11 @@ fn bench(c: &mut Criterion) {
     };
     let rt = drive::runtime();
     let setup = rt.block_on(async {
-        let opts = PostgresOptions::new().table(TABLE).max_connections(40);
-        let store = PostgresStore::open_with(&url, opts).await.unwrap();
+        let opts = PostgresOptions::from_url(&url)
+            .unwrap()
+            .table(TABLE)
+            .max_connections(40);
+        let store = opts.connect().await.unwrap();
         sqlx::query(&format!("TRUNCATE {TABLE}"))
             .execute(store.pool())
             .await
@@ -149,7 +121,7 @@ fn bench(c: &mut Criterion) {
             .await
             .unwrap();
         let setup = Setup {
-            idem: store.idem(),
+            idem: Idem::from_store(store.clone()),
             claim: store.statement_text("claim").unwrap().into(),
             complete: store.statement_text("complete").unwrap().into(),
             channel: format!("idem_{TABLE}").into(),
@@ -178,37 +150,14 @@ fn bench(c: &mut Criterion) {
             .await
             .unwrap();
     });
-    for (mode, label) in [(Mode::Replay, "replay"), (Mode::Fresh, "fresh")] {
-        let mut g = c.benchmark_group(format!("postgres/{label}"));
-        g.sample_size(20)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(3))
-            .throughput(Throughput::Elements(1));
-        for (round, conc) in [1u64, 16, 64].into_iter().enumerate() {
-            let mut variants = VARIANTS;
-            variants.rotate_left(round);
-            for variant in variants {
-                let op = op(&setup, mode, variant);
-                g.bench_with_input(BenchmarkId::new(variant, conc), &conc, |b, &conc| {
-                    b.iter_custom(|iters| {
-                        let op = op.clone();
-                        rt.block_on(drive::drive(conc, iters, move |i| op(i)))
-                    })
-                });
-            }
-        }
-        g.finish();
-    }
-
-    // The same comparisons as paired ratios (see support/paired.rs).
-    let mut rows = Vec::new();
-    for (mode, label) in [(Mode::Replay, "replay"), (Mode::Fresh, "fresh")] {
-        for conc in [1u64, 16, 64] {
-            let variants: Vec<_> = VARIANTS.map(|v| (v, op(&setup, mode, v))).into();
-            rows.push((label, conc, paired::paired(&rt, conc, &variants)));
-        }
-    }
-    notes::write_note("paired-postgres.md", &paired::table("PostgreSQL", &rows));
+    sql::compare(
+        c,
+        &rt,
+        "postgres",
+        "PostgreSQL",
+        VARIANTS,
+        |mode, variant| op(&setup, mode, variant),
+    );
 }
 
 /// One call of `variant` (`idem`, `raw_same` or `raw_minimal`).
@@ -218,7 +167,7 @@ fn op(setup: &Arc<Setup>, mode: Mode, variant: &'static str) -> paired::Op {
         let s = setup.clone();
         Box::pin(async move {
             match variant {
-                "idem" => idem_call(&s, mode, i).await,
+                "idem" => idem_call(&s.idem, mode, i).await,
                 "raw_same" => raw_same(&s, mode, i).await,
                 _ => raw_minimal(&s, mode, i).await,
             }

@@ -7,7 +7,7 @@
 //!   fingerprints: `SET NX PX` + `SET PX` for a fresh call, one `GET` for a replay.
 //!
 //! Runs on a private redis-server on a free loopback port (nothing else's load in the numbers);
-//! needs `redis-server` on the PATH. `cargo bench --bench redis --features redis`.
+//! needs `redis-server` on the PATH. `cargo bench -p idem-benches --bench redis`.
 
 #[path = "support/drive.rs"]
 mod drive;
@@ -15,7 +15,7 @@ mod drive;
 mod notes;
 #[path = "support/paired.rs"]
 mod paired;
-#[path = "../tests/redis_support/mod.rs"]
+#[path = "../integration/tests/redis_support/mod.rs"]
 mod redis_support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -132,22 +132,8 @@ impl Raw {
     }
 }
 
-/// One idem call of key `n`; asserts whether it replayed.
-async fn idem_call(idem: &idem::Idem, n: u64, replayed: bool) {
-    let out = idem
-        .call("bench")
-        .key(&n)
-        .ttl(Duration::from_secs(600))
-        .run(async { Ok::<_, idem::Error>(1u64) })
-        .await
-        .unwrap();
-    assert_eq!(out.is_replayed(), replayed);
-}
-
 fn bench(c: &mut Criterion) {
-    let Some(server) = redis_support::TempRedis::start(&[]) else {
-        return;
-    };
+    let server = redis_support::TempRedis::start(&[]);
     let rt = drive::runtime();
     let url = server.url();
     let idem = rt.block_on(idem::Idem::redis(&url)).unwrap();
@@ -164,7 +150,7 @@ fn bench(c: &mut Criterion) {
 
     rt.block_on(async {
         for n in REPLAY_BASE..REPLAY_BASE + REPLAY_KEYS {
-            idem_call(&idem, n, false).await;
+            drive::keyed_call(&idem, n, false).await;
             raw.call(n).await;
             raw.minimal_call(n).await;
         }
@@ -183,7 +169,7 @@ fn bench(c: &mut Criterion) {
                     n
                 };
                 match variant {
-                    "idem" => idem_call(&idem, n, replay).await,
+                    "idem" => drive::keyed_call(&idem, n, replay).await,
                     _ => raw.run(variant, replay, n).await,
                 }
             })

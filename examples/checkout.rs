@@ -12,26 +12,51 @@ static CHARGED: AtomicUsize = AtomicUsize::new(0);
 static MAILS_TRIED: AtomicUsize = AtomicUsize::new(0);
 static MAILS_SENT: AtomicUsize = AtomicUsize::new(0);
 
+/// The checkout's own error: its failures, plus idem's (every `#[idempotent]` function's error
+/// type needs `From<idem::Error>`, so that a store failure or an in-progress duplicate reaches
+/// the caller).
+#[derive(Debug)]
+enum CheckoutError {
+    Idem(idem::Error),
+    /// The mail server refused the receipt.
+    Mail(String),
+}
+
+impl std::fmt::Display for CheckoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckoutError::Idem(e) => write!(f, "{e}"),
+            CheckoutError::Mail(e) => write!(f, "mail: {e}"),
+        }
+    }
+}
+
+impl From<idem::Error> for CheckoutError {
+    fn from(e: idem::Error) -> Self {
+        CheckoutError::Idem(e)
+    }
+}
+
 #[idempotent(step)]
-async fn reserve_stock(order: u64, items: u32) -> Result<u32, idem::Error> {
+async fn reserve_stock(order: u64, items: u32) -> Result<u32, CheckoutError> {
     RESERVED.fetch_add(1, Ordering::SeqCst);
     println!("  reserve_stock: {items} items for order {order}");
     Ok(items)
 }
 
 #[idempotent(step)]
-async fn charge_card(order: u64, cents: u64) -> Result<String, idem::Error> {
+async fn charge_card(order: u64, cents: u64) -> Result<String, CheckoutError> {
     CHARGED.fetch_add(1, Ordering::SeqCst);
     println!("  charge_card: {cents} cents for order {order}");
     Ok(format!("ch_{order}"))
 }
 
-async fn send_receipt(order: u64) -> Result<(), idem::Error> {
+async fn send_receipt(order: u64) -> Result<(), CheckoutError> {
     // The receipt is a block, not worth its own function: `idem::step`.
-    idem::step(&("receipt", order), || async move {
+    idem::step(("receipt", order), || async move {
         if MAILS_TRIED.fetch_add(1, Ordering::SeqCst) == 0 {
             println!("  send_receipt: mail server unavailable");
-            return Err(idem::Error::Config("mail server unavailable".into()));
+            return Err(CheckoutError::Mail("server unavailable".into()));
         }
         MAILS_SENT.fetch_add(1, Ordering::SeqCst);
         println!("  send_receipt: sent for order {order}");
@@ -41,7 +66,7 @@ async fn send_receipt(order: u64) -> Result<(), idem::Error> {
 }
 
 #[idempotent(key = order, ttl = "7d")]
-async fn checkout(order: u64, items: u32, cents: u64) -> Result<String, idem::Error> {
+async fn checkout(order: u64, items: u32, cents: u64) -> Result<String, CheckoutError> {
     reserve_stock(order, items).await?;
     let charge = charge_card(order, cents).await?;
     send_receipt(order).await?;

@@ -1,11 +1,13 @@
-//! Three incidents that charge a customer twice, replayed against a fake payment gateway:
-//! once unprotected, once with `#[idempotent]` on the embedded SQLite store.
+//! The README's three incidents, each replayed against a payment gateway that charges whatever
+//! it is asked to: alice double-clicks "Pay", bob's phone reconnects and retries, carol's
+//! payment message is redelivered by the broker. Once unprotected, once with `#[idempotent]` on
+//! the embedded SQLite store; every call's outcome, then both ledgers.
 //!
 //! `cargo run --example payments`
 
 use idem::{idempotent, Idem};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,169 +22,154 @@ struct ChargeRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Receipt {
     charge_id: usize,
-    customer: String,
-    amount_cents: u64,
 }
 
-#[derive(Debug)]
-enum PayError {
-    Idem(idem::Error),
-}
-
-impl std::fmt::Display for PayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PayError::Idem(e) => write!(f, "payment not processed: {e}"),
-        }
-    }
-}
-
-impl From<idem::Error> for PayError {
-    fn from(e: idem::Error) -> Self {
-        PayError::Idem(e)
-    }
-}
-
-/// A payment gateway that charges whatever it is asked to: it does not deduplicate.
+/// A payment gateway that does not deduplicate: every request is a charge.
 #[derive(Default)]
 struct Gateway {
-    ledger: Mutex<Vec<(String, u64)>>,
+    ledger: Mutex<Vec<String>>,
 }
 
 impl Gateway {
-    async fn charge(&self, customer: &str, amount_cents: u64) -> Result<Receipt, PayError> {
+    async fn charge(&self, customer: &str) -> Receipt {
         tokio::time::sleep(Duration::from_millis(200)).await; // the bank is slow
         let mut ledger = self.ledger.lock().unwrap();
-        ledger.push((customer.to_string(), amount_cents));
-        Ok(Receipt {
+        ledger.push(customer.to_string());
+        Receipt {
             charge_id: ledger.len(),
-            customer: customer.to_string(),
-            amount_cents,
-        })
+        }
+    }
+
+    fn charges_of(&self, customer: &str) -> usize {
+        let ledger = self.ledger.lock().unwrap();
+        ledger.iter().filter(|c| *c == customer).count()
     }
 }
 
-async fn charge_unprotected(req: ChargeRequest, gateway: &Gateway) -> Result<Receipt, PayError> {
-    gateway.charge(&req.customer, req.amount_cents).await
-}
-
-/// The same handler, idempotent on the client's key. A duplicate that arrives while the first
-/// attempt runs waits for it (`wait`) and gets the same receipt.
-#[idempotent(key = req.idempotency_key, skip(gateway), ttl = "24h", wait = "5s")]
-async fn charge(req: ChargeRequest, gateway: &Gateway) -> Result<Receipt, PayError> {
-    // A real gateway takes an idempotency key too: pass on this call's stable id.
-    let _downstream_key = idem::current_key().expect("inside an idempotent call");
-    gateway.charge(&req.customer, req.amount_cents).await
-}
-
-#[derive(Clone, Copy)]
-enum Handler {
-    Unprotected,
-    Protected,
-}
-
-async fn handle(
-    h: Handler,
+/// The handler, idempotent on the client's key. `ran` is here only so that this example can
+/// print whether the body ran (fresh) or the stored receipt came back (replayed).
+#[idempotent(key = req.idempotency_key, skip(gateway, ran), ttl = "24h")]
+async fn charge(
     req: ChargeRequest,
-    gateway: Arc<Gateway>,
-) -> Result<Receipt, PayError> {
-    match h {
-        Handler::Unprotected => charge_unprotected(req, &gateway).await,
-        Handler::Protected => charge(req, &gateway).await,
+    gateway: &Gateway,
+    ran: &AtomicBool,
+) -> Result<Receipt, idem::Error> {
+    ran.store(true, Ordering::Relaxed);
+    // A real gateway takes an idempotency key too: pass on this call's stable id.
+    let _downstream_key = idem::current_key();
+    Ok(gateway.charge(&req.customer).await)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Unprotected,
+    Idempotent,
+}
+
+/// One call, as the client saw it.
+async fn call(mode: Mode, gateway: Arc<Gateway>, req: ChargeRequest) -> String {
+    if mode == Mode::Unprotected {
+        let receipt = gateway.charge(&req.customer).await;
+        return format!("charged #{}", receipt.charge_id);
+    }
+    let ran = AtomicBool::new(false);
+    match charge(req, &gateway, &ran).await {
+        Ok(r) if ran.load(Ordering::Relaxed) => format!("fresh: charged #{}", r.charge_id),
+        Ok(r) => format!("replayed #{}", r.charge_id),
+        Err(e) if e.is_in_progress() => "in progress: not charged".to_string(),
+        Err(e) => format!("failed: {e}"),
     }
 }
 
-fn request(key: &str, customer: &str) -> ChargeRequest {
-    ChargeRequest {
-        idempotency_key: key.to_string(),
+/// Calls with the same payment at the given times (ms from the first), concurrently; returns
+/// what each caller got, in the order they were sent.
+async fn calls(mode: Mode, gateway: &Arc<Gateway>, customer: &str, at_ms: &[u64]) -> Vec<String> {
+    let req = ChargeRequest {
+        idempotency_key: format!("pay-{customer}"),
         customer: customer.to_string(),
         amount_cents: 4_999,
-    }
-}
-
-/// Replays the three incidents; returns the gateway's ledger.
-async fn incidents(h: Handler) -> Vec<(String, u64)> {
-    let gateway = Arc::new(Gateway::default());
-    let tag = match h {
-        Handler::Unprotected => "u",
-        Handler::Protected => "p",
     };
-
-    // 1. A double click: two identical requests at once.
-    let alice = request(&format!("{tag}-alice-1"), "alice");
-    let (a, b) = tokio::join!(
-        handle(h, alice.clone(), gateway.clone()),
-        handle(h, alice, gateway.clone())
-    );
-    for r in [a, b] {
-        if let Err(e) = r {
-            panic!("{e}");
-        }
-    }
-
-    // 2. A phone loses signal: the charge went through, the response did not; the app
-    //    reconnects and retries with the same key while the server is still working.
-    let bob = request(&format!("{tag}-bob-1"), "bob");
-    let first = tokio::spawn(handle(h, bob.clone(), gateway.clone()));
-    tokio::time::sleep(Duration::from_millis(50)).await; // the client gives up waiting
-    handle(h, bob, gateway.clone()).await.unwrap();
-    first.await.unwrap().unwrap();
-
-    // 3. A broker redelivers: the consumer is slower than its ack timeout (100 ms), so the
-    //    message is delivered again while it runs, and once more after the lost ack.
-    let carol = request(&format!("{tag}-carol-1"), "carol");
-    let mut deliveries = Vec::new();
-    for delay in [0, 100, 400] {
-        let (req, gateway) = (carol.clone(), gateway.clone());
-        deliveries.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-            handle(h, req, gateway).await
-        }));
-    }
-    for d in deliveries {
-        d.await.unwrap().unwrap();
-    }
-
-    let ledger = gateway.ledger.lock().unwrap().clone();
-    ledger
-}
-
-fn print_ledger(title: &str, ledger: &[(String, u64)]) {
-    let mut per_customer: BTreeMap<&str, usize> = BTreeMap::new();
-    for (customer, _) in ledger {
-        *per_customer.entry(customer).or_default() += 1;
-    }
-    let twice: Vec<String> = per_customer
+    let tasks: Vec<_> = at_ms
         .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(c, n)| format!("{c} ({n}x)"))
+        .map(|&ms| {
+            let (gateway, req) = (gateway.clone(), req.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                call(mode, gateway, req).await
+            })
+        })
         .collect();
-    println!("{title}");
-    for (customer, n) in &per_customer {
-        println!("  {customer:<6} charged {n} time(s)");
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.push(t.await.expect("call task"));
     }
-    println!(
-        "  {} charges for 3 payments; customers charged more than once: {}",
-        ledger.len(),
-        if twice.is_empty() {
-            "none".to_string()
-        } else {
-            twice.join(", ")
-        }
-    );
+    seen
 }
 
 #[tokio::main]
 async fn main() -> Result<(), idem::Error> {
     let dir = std::env::temp_dir().join(format!("idem-payments-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let url = format!("sqlite://{}", dir.join("idem.db").display());
-    Idem::sqlite(&url).await?.install();
+    Idem::sqlite(&format!("sqlite://{}", dir.join("idem.db").display()))
+        .await?
+        .install();
 
-    let unprotected = incidents(Handler::Unprotected).await;
-    print_ledger("Unprotected handler:", &unprotected);
-    let protected = incidents(Handler::Protected).await;
-    print_ledger("With #[idempotent] (SQLite store):", &protected);
+    // (customer, what happened, the calls' names, when each call is sent in ms)
+    let incidents: [(&str, &str, [&str; 3], &[u64]); 3] = [
+        (
+            "alice",
+            "— a double click: two identical requests at once",
+            ["click 1", "click 2", ""],
+            &[0, 0],
+        ),
+        (
+            "bob",
+            "— a retry after a reconnect: the app retries while the charge runs, then again",
+            ["request", "retry", "retry"],
+            &[0, 50, 600],
+        ),
+        (
+            "carol",
+            "— a redelivery after an ack timeout (100 ms): sent again while it runs, and after",
+            ["delivery", "again", "again"],
+            &[0, 100, 600],
+        ),
+    ];
+    let ledgers = [
+        (Mode::Unprotected, Arc::new(Gateway::default())),
+        (Mode::Idempotent, Arc::new(Gateway::default())),
+    ];
+
+    for (customer, story, names, at_ms) in incidents {
+        println!("{customer} {story}");
+        for (mode, gateway) in &ledgers {
+            let seen = calls(*mode, gateway, customer, at_ms).await;
+            let seen: Vec<String> = names
+                .iter()
+                .zip(seen)
+                .map(|(n, s)| format!("{n}: {s}"))
+                .collect();
+            let label = match mode {
+                Mode::Unprotected => "unprotected",
+                Mode::Idempotent => "#[idempotent]",
+            };
+            println!("  {label:<14}{}", seen.join(" · "));
+        }
+    }
+
+    println!("\nThe gateway's ledgers (charges per customer, 3 payments made):");
+    for (mode, gateway) in &ledgers {
+        let label = match mode {
+            Mode::Unprotected => "unprotected",
+            Mode::Idempotent => "#[idempotent]",
+        };
+        let per: Vec<String> = ["alice", "bob", "carol"]
+            .iter()
+            .map(|c| format!("{c} {}", gateway.charges_of(c)))
+            .collect();
+        let total = gateway.ledger.lock().unwrap().len();
+        println!("  {label:<14}{}   {total} charges", per.join("  "));
+    }
 
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -556,3 +556,127 @@ mod steps {
         assert_eq!(charge_step(77).await.unwrap(), 3);
     }
 }
+
+/// Steps as the contract says: `idem::step` takes its key by value (any `Serialize`), a step
+/// inherits its parent's TTL, and a `ttl` written on a step is honoured as written, also when
+/// it is longer than the parent's.
+mod step_keys_and_ttl {
+    use idem::{idempotent, Idem};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    static KEPT: AtomicUsize = AtomicUsize::new(0);
+    static STORE: std::sync::LazyLock<Idem> = std::sync::LazyLock::new(Idem::memory);
+
+    /// Longer than its parent's 200 ms.
+    #[idempotent(step, store = STORE, ttl = "1h")]
+    async fn kept_step(order: u64) -> Result<usize, idem::Error> {
+        Ok(KEPT.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    #[tokio::test]
+    async fn keys_by_value_and_the_steps_own_ttl() {
+        let (inherited, by_value) = (&AtomicUsize::new(0), &AtomicUsize::new(0));
+        let parent = move |fail: bool| {
+            STORE
+                .call("step-ttl-parent")
+                .key("order-1")
+                .ttl(Duration::from_millis(200))
+                .run(async move {
+                    let name = String::from("pack");
+                    let id = 7u64;
+                    // Keys by value: a tuple, a reference, a plain integer.
+                    idem::step(("ship", id), || async {
+                        Ok::<_, idem::Error>(by_value.fetch_add(1, Ordering::SeqCst))
+                    })
+                    .await?;
+                    idem::step(&name, || async { Ok::<_, idem::Error>(()) }).await?;
+                    idem::step(id, || async {
+                        Ok::<_, idem::Error>(inherited.fetch_add(1, Ordering::SeqCst))
+                    })
+                    .await?;
+                    kept_step(1).await?;
+                    if fail {
+                        return Err(idem::Error::Config("later failure".into()));
+                    }
+                    Ok(())
+                })
+        };
+        assert!(parent(true).await.is_err());
+        // The parent's retry at once replays every finished step.
+        assert!(parent(true).await.is_err());
+        assert_eq!(by_value.load(Ordering::SeqCst), 1);
+        assert_eq!(inherited.load(Ordering::SeqCst), 1);
+        assert_eq!(KEPT.load(Ordering::SeqCst), 1);
+        // Past the parent's TTL: the steps that inherited it run again; the one whose own
+        // TTL is an hour still replays.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(parent(false).await.is_ok());
+        assert_eq!(inherited.load(Ordering::SeqCst), 2);
+        assert_eq!(by_value.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            KEPT.load(Ordering::SeqCst),
+            1,
+            "a step's own ttl is honoured"
+        );
+    }
+}
+
+/// `Error::InProgress` says when to ask again: the running attempt's lease left, capped at one
+/// second — not the whole lease (30 s by default) for a body that takes milliseconds.
+#[tokio::test]
+async fn in_progress_retry_after_is_the_lease_left_capped() {
+    let idem = Idem::memory();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            idem.call("retry-after")
+                .key("k")
+                .run(async move {
+                    let _ = started_tx.send(());
+                    let _ = released.await;
+                    Ok::<_, idem::Error>(1u8)
+                })
+                .await
+        })
+    };
+    started.await.unwrap();
+    let dup = idem
+        .call("retry-after")
+        .key("k")
+        .run(async { Ok::<_, idem::Error>(2u8) })
+        .await
+        .unwrap_err();
+    assert!(dup.is_in_progress(), "{dup}");
+    assert_eq!(dup.retry_after(), Some(idem::protocol::MAX_RETRY_AFTER));
+    let short = idem
+        .call("retry-after-short")
+        .key("k")
+        .lease(Duration::from_millis(600));
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release_short, released) = tokio::sync::oneshot::channel::<()>();
+    let second = tokio::spawn(short.run(async move {
+        let _ = started_tx.send(());
+        let _ = released.await;
+        Ok::<_, idem::Error>(1u8)
+    }));
+    started.await.unwrap();
+    let dup = idem
+        .call("retry-after-short")
+        .key("k")
+        .run(async { Ok::<_, idem::Error>(2u8) })
+        .await
+        .unwrap_err();
+    let hint = dup.retry_after().unwrap();
+    assert!(
+        hint > Duration::ZERO && hint <= Duration::from_millis(600),
+        "{hint:?}"
+    );
+    assert_eq!(idem::Error::Config("x".into()).retry_after(), None);
+    release.send(()).unwrap();
+    release_short.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap().into_inner(), 1);
+    assert_eq!(second.await.unwrap().unwrap().into_inner(), 1);
+}

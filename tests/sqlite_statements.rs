@@ -73,8 +73,10 @@ fn a_fresh_call_is_two_writes_and_a_replay_one_read() {
         .unwrap();
     let (_dir, url) = temp_db("count");
     // One connection, so that opening a second one (its set-up PRAGMAs) is not counted.
-    let store = idem::store::sqlite::SqliteStore::options(&url).max_connections(1);
-    let idem = Idem::from_store(rt.block_on(store.open()).unwrap());
+    let store = idem::store::sqlite::SqliteOptions::from_url(&url)
+        .unwrap()
+        .max_connections(1);
+    let idem = Idem::from_store(rt.block_on(store.connect()).unwrap());
     let log = Arc::new(Mutex::new(Vec::new()));
     tracing::subscriber::set_global_default(StatementLog(log.clone())).unwrap();
     verbs(&log);

@@ -2,7 +2,7 @@
 //! corrupt rows, schema versions, two handles on one file.
 #![cfg(feature = "sqlite")]
 
-use idem::store::sqlite::SqliteStore;
+use idem::store::sqlite::{SqliteOptions, SqliteStore};
 use idem::{Error, Idem, Outcome};
 use sqlx::Connection;
 use std::time::Duration;
@@ -19,9 +19,10 @@ fn temp_db(tag: &str) -> (tempfile::TempDir, String) {
 #[tokio::test]
 async fn a_locked_file_fails_with_a_store_error_after_busy_timeout() {
     let (_dir, url) = temp_db("locked");
-    let store = SqliteStore::options(&url)
+    let store = SqliteOptions::from_url(&url)
+        .unwrap()
         .busy_timeout(Duration::from_millis(200))
-        .open()
+        .connect()
         .await
         .unwrap();
     let idem = Idem::from_store(store);
@@ -81,9 +82,10 @@ async fn bad_urls_and_table_names_are_config_errors() {
         Err(Error::Config(_))
     ));
     for table in ["keys; DROP TABLE x", "a\"b", "1abc", ""] {
-        let r = SqliteStore::options("sqlite::memory:")
+        let r = SqliteOptions::from_url("sqlite::memory:")
+            .unwrap()
             .table(table)
-            .open()
+            .connect()
             .await;
         assert!(matches!(r, Err(Error::Config(_))), "{table:?}");
     }
@@ -91,7 +93,7 @@ async fn bad_urls_and_table_names_are_config_errors() {
 
 #[tokio::test]
 async fn a_corrupt_stored_value_is_a_codec_error_and_the_body_does_not_run() {
-    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let pool = store.pool().clone();
     let idem = Idem::from_store(store);
     let call = |v: u32| {
@@ -100,7 +102,7 @@ async fn a_corrupt_stored_value_is_a_codec_error_and_the_body_does_not_run() {
             .run(async move { Ok::<_, Error>(v) })
     };
     call(1).await.unwrap();
-    sqlx::query("UPDATE idem_keys SET value = x'0102ff00'")
+    sqlx::query("UPDATE idem_records SET value = x'0102ff00'")
         .execute(&pool)
         .await
         .unwrap();
@@ -113,15 +115,18 @@ async fn a_corrupt_stored_value_is_a_codec_error_and_the_body_does_not_run() {
 #[tokio::test]
 async fn a_database_of_a_newer_schema_is_refused() {
     let (_dir, url) = temp_db("newer");
-    let store = SqliteStore::open(&url).await.unwrap();
-    sqlx::query("INSERT INTO idem_keys_schema (version) VALUES (99)")
+    let store = SqliteStore::connect(&url).await.unwrap();
+    sqlx::query("INSERT INTO idem_records_migrations (version, description) VALUES (99, 'x')")
         .execute(store.pool())
         .await
         .unwrap();
     drop(store);
     match Idem::sqlite(&url).await {
-        Err(Error::Config(m)) => assert!(m.contains("99"), "{m}"),
-        other => panic!("expected a config error, got {other:?}"),
+        Err(Error::Store(e)) => {
+            assert_eq!(e.kind, idem::StoreErrorKind::SchemaNewer);
+            assert!(e.to_string().contains("99"), "{e}");
+        }
+        other => panic!("expected a SchemaNewer store error, got {other:?}"),
     }
 }
 
@@ -148,7 +153,7 @@ async fn two_handles_on_one_file_share_the_keys() {
 
 #[tokio::test]
 async fn the_reaper_purges_expired_rows() {
-    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let pool = store.pool().clone();
     let idem = Idem::from_store(store);
     for i in 0..10 {
@@ -161,7 +166,7 @@ async fn the_reaper_purges_expired_rows() {
     }
     let _reaper = idem.spawn_reaper(Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_keys")
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_records")
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -172,12 +177,12 @@ async fn the_reaper_purges_expired_rows() {
 /// count says the expired rows are drained.
 #[tokio::test]
 async fn a_purge_deletes_up_to_its_limit_and_spares_live_rows() {
-    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let pool = store.pool().clone();
     // 350 expired rows (expires_at 1 ms after the epoch) and one live one.
     sqlx::query(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 350) \
-         INSERT INTO idem_keys (key, name, fingerprint, token, status, value, created_at, expires_at) \
+         INSERT INTO idem_records (key, name, fingerprint, token, status, value, created_at, expires_at) \
          SELECT zeroblob(24) || CAST(i AS BLOB) || zeroblob(8 - length(CAST(i AS BLOB))), 'old', \
                 zeroblob(32), 1, 1, NULL, 0, 1 FROM n",
     )
@@ -194,7 +199,7 @@ async fn a_purge_deletes_up_to_its_limit_and_spares_live_rows() {
     assert_eq!(store.purge_expired(250).await.unwrap(), 250);
     assert_eq!(store.purge_expired(1000).await.unwrap(), 100);
     assert_eq!(store.purge_expired(1000).await.unwrap(), 0);
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_keys")
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_records")
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -205,7 +210,7 @@ async fn a_purge_deletes_up_to_its_limit_and_spares_live_rows() {
 /// caller drops a query future mid-statement (CI once saw "no such table" after exactly that).
 #[tokio::test]
 async fn an_in_memory_database_outlives_a_closed_pool_connection() {
-    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     let pool = store.pool().clone();
     let idem = Idem::from_store(store);
     let call = |v: u8| {
@@ -259,4 +264,76 @@ async fn handles_opening_one_new_file_together_all_open_it() {
             "one file, one idempotency space"
         );
     }
+}
+
+/// A file written by idem 0.1 (table `idem_keys`, its version in `idem_keys_schema`) opens with
+/// the default options and keeps its keys: the finished call replays, nothing runs again. The
+/// first open records the version in `idem_keys_migrations`, the way every store records it,
+/// and leaves `idem_keys_schema` for processes of the earlier version.
+#[tokio::test]
+async fn a_file_of_the_earlier_schema_upgrades_in_place_and_keeps_its_keys() {
+    let (_dir, url) = temp_db("legacy");
+    let digest = idem::testkit::digest("legacy.v1", "order-7");
+    {
+        let mut conn = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        // The schema exactly as idem 0.1 created it.
+        for ddl in [
+            "CREATE TABLE IF NOT EXISTS idem_keys (key BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, \
+             fingerprint BLOB NOT NULL, token INTEGER NOT NULL, status INTEGER NOT NULL, value BLOB, \
+             created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID",
+            "CREATE INDEX IF NOT EXISTS idem_keys_expires ON idem_keys (expires_at)",
+            "CREATE TABLE IF NOT EXISTS idem_keys_schema (version INTEGER NOT NULL)",
+            "INSERT INTO idem_keys_schema (version) VALUES (1)",
+        ] {
+            sqlx::query(ddl).execute(&mut conn).await.unwrap();
+        }
+        conn.close().await.unwrap();
+    }
+    // A completed call, written through the store on that table.
+    let old = SqliteOptions::from_url(&url)
+        .unwrap()
+        .table("idem_keys")
+        .migrate_on_open(false)
+        .connect()
+        .await
+        .unwrap();
+    let idem = Idem::from_store(old);
+    let first = idem
+        .call("legacy.v1")
+        .key("order-7")
+        .run(async { Ok::<_, Error>(7u32) })
+        .await
+        .unwrap();
+    assert_eq!(first, Outcome::Fresh(7));
+    drop(idem);
+
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(store.table(), "idem_keys", "the file keeps its table");
+    let pool = store.pool().clone();
+    assert!(idem::Store::get(&store, &digest).await.unwrap().is_some());
+    let idem = Idem::from_store(store);
+    let again = idem
+        .call("legacy.v1")
+        .key("order-7")
+        .run(async { Ok::<_, Error>(8u32) })
+        .await
+        .unwrap();
+    assert_eq!(again, Outcome::Replayed(7), "the stored result replays");
+    let recorded: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM idem_keys_migrations ORDER BY version")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded, [1]);
+    let legacy: i64 = sqlx::query_scalar("SELECT max(version) FROM idem_keys_schema")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(legacy, 1, "the earlier version's table is left as it was");
+    // A new file gets the one default table.
+    let (_dir2, fresh) = temp_db("fresh");
+    let store = SqliteStore::connect(&fresh).await.unwrap();
+    assert_eq!(store.table(), "idem_records");
 }

@@ -443,7 +443,7 @@ async fn store_error_is_a_warning_with_the_backend_message() {
         .await
         .unwrap();
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query("DROP TABLE idem_keys")
+    sqlx::query("DROP TABLE idem_records")
         .execute(&mut conn)
         .await
         .unwrap();

@@ -37,3 +37,17 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// One call of the store benches: namespace `bench`, key `n`, a ten-minute TTL, a body that
+/// returns 1; checks that it was replayed, or ran, as the bench expects.
+#[allow(dead_code)] // the in-memory benches call their functions directly
+pub async fn keyed_call(idem: &idem::Idem, n: u64, replayed: bool) {
+    let out = idem
+        .call("bench")
+        .key(&n)
+        .ttl(Duration::from_secs(600))
+        .run(async { Ok::<_, idem::Error>(1u64) })
+        .await
+        .unwrap();
+    assert_eq!(out.is_replayed(), replayed);
+}

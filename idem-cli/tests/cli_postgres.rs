@@ -6,14 +6,10 @@ mod common;
 
 use common::{complete, idem, leave_stuck_claim, unique, Cli};
 use idem::postgres::sqlx::{self, PgPool};
-use idem::postgres::{PostgresOptions, PostgresStore};
+use idem::postgres::PostgresOptions;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn url() -> Option<String> {
-    idem::testkit::service_url("IDEM_TEST_POSTGRES_URL", "PostgreSQL CLI")
-}
 
 /// A table of this test's own, dropped (with its version table) when the guard goes.
 struct Table {
@@ -40,18 +36,19 @@ impl Table {
 }
 
 async fn open(url: &str, table: &str) -> idem::Idem {
-    let store = PostgresStore::open_with(url, PostgresOptions::new().table(table))
+    let store = PostgresOptions::from_url(url)
+        .unwrap()
+        .table(table)
+        .connect()
         .await
         .expect("PostgreSQL store");
     idem::Idem::from_store(store)
 }
 
-/// The acceptance scenario of issue 7: a worker claims the charge of order 1234 and dies; the
+/// The README's "A stuck key, from a customer's order id", step by step: a worker claims the charge of order 1234 and dies; the
 /// operator finds the stuck key from the order id, sees why it is stuck, releases it (refused
 /// first, then with --force), and the customer's retry runs the charge.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_finds_explains_and_releases_a_stuck_key() {
-    let Some(url) = url() else { return };
+async fn an_operator_finds_explains_and_releases_a_stuck_key(url: String) {
     let table = Table::new(&url).await;
     let t = table.name.as_str();
     let cli = Cli::new(&url).with("--table", t);
@@ -133,14 +130,14 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     );
     cli.run(&["show", "charges.v1", "order-1234"]).expect(0);
 
-    // 4. With --force: done, and it says what it deleted.
+    // 4. With --force: done, and it says what it released.
     let released = cli
         .run(&["release", "--force", "charges.v1", "order-1234"])
         .expect(0);
     assert!(
         released
             .stdout
-            .contains("released charges.v1 order-1234: deleted the in-progress claim"),
+            .contains("released charges.v1 order-1234: ended the in-progress claim"),
         "{released:#?}"
     );
     cli.run(&["show", "charges.v1", "order-1234"]).expect(1);
@@ -168,9 +165,7 @@ async fn an_operator_finds_explains_and_releases_a_stuck_key() {
     table.drop_all().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it() {
-    let Some(url) = url() else { return };
+async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it(url: String) {
     let table = Table::new(&url).await;
     let t = table.name.as_str();
     let cli = Cli::new(&url).with("--table", t);
@@ -208,9 +203,7 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it() {
     table.drop_all().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_and_permission_errors_say_what_to_do() {
-    let Some(url) = url() else { return };
+async fn connection_and_permission_errors_say_what_to_do(url: String) {
     let table = Table::new(&url).await;
     let t = table.name.as_str();
     let cli = Cli::new(&url).with("--table", t);
@@ -252,10 +245,10 @@ async fn connection_and_permission_errors_say_what_to_do() {
         .run(&["release", "--force", "charges.v1", "order-1"])
         .expect(4);
     assert!(
-        run.stderr.contains("needs the SELECT and DELETE privilege"),
+        run.stderr.contains("needs the SELECT and UPDATE privilege"),
         "{run:#?}"
     );
-    assert!(run.stderr.contains("GRANT SELECT, DELETE ON"), "{run:#?}");
+    assert!(run.stderr.contains("GRANT SELECT, UPDATE ON"), "{run:#?}");
     cli.run(&["show", "charges.v1", "order-1"]).expect(0);
 
     // A server that is not there: exit 4, the address, and no password in the message.
@@ -275,9 +268,7 @@ async fn connection_and_permission_errors_say_what_to_do() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_count_and_purge_deletes_expired_records() {
-    let Some(url) = url() else { return };
+async fn stats_count_and_purge_deletes_expired_records(url: String) {
     let table = Table::new(&url).await;
     let t = table.name.as_str();
     let cli = Cli::new(&url).with("--table", t);
@@ -317,4 +308,13 @@ async fn stats_count_and_purge_deletes_expired_records() {
     assert_eq!(stats["total"]["expired"], 0, "{stats:#}");
     assert_eq!(stats["total"]["completed"], 1, "{stats:#}");
     table.drop_all().await;
+}
+
+idem_integration::server_tests! {
+    POSTGRES => [
+        an_operator_finds_explains_and_releases_a_stuck_key,
+        a_table_never_migrated_says_run_migrate_and_migrate_creates_it,
+        connection_and_permission_errors_say_what_to_do,
+        stats_count_and_purge_deletes_expired_records,
+    ],
 }

@@ -4,18 +4,15 @@
 mod common;
 
 use common::{complete, idem, leave_stuck_claim, unique, Cli};
-use idem::store::redis::RedisStore;
+use idem::store::redis::RedisOptions;
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_show_release_stats_and_purge_on_redis() {
-    let Some(url) = idem::testkit::service_url("IDEM_TEST_REDIS_URL", "Redis CLI") else {
-        return;
-    };
+async fn list_show_release_stats_and_purge_on_redis(url: String) {
     let prefix = unique("idemcli");
-    let store = RedisStore::options()
+    let store = RedisOptions::from_url(&url)
+        .unwrap()
         .key_prefix(&prefix)
-        .open(&url)
+        .connect()
         .await
         .unwrap();
     let app = idem::Idem::from_store(store);
@@ -59,7 +56,7 @@ async fn list_show_release_stats_and_purge_on_redis() {
     run(&["release", "charges.v1", "order-1234"]).expect(3);
     let forced = run(&["release", "--force", "charges.v1", "order-1234"]).expect(0);
     assert!(
-        forced.stdout.contains("deleted the in-progress claim"),
+        forced.stdout.contains("ended the in-progress claim"),
         "{forced:#?}"
     );
     run(&["show", "charges.v1", "order-1234"]).expect(1);
@@ -84,4 +81,8 @@ async fn list_show_release_stats_and_purge_on_redis() {
     // A server that is not there: exit 4 and a hint.
     let run = idem(&["--url", "redis://127.0.0.1:1/", "stats"]).expect(4);
     assert!(run.stderr.contains("redis"), "{run:#?}");
+}
+
+idem_integration::server_tests! {
+    REDIS => [list_show_release_stats_and_purge_on_redis],
 }

@@ -49,9 +49,10 @@ fn usage_errors_exit_2_and_say_what_to_pass() {
     let mem = Cli::new("sqlite::memory:");
     let run = idem(&["list"]).expect(2);
     assert!(run.stderr.contains("--url"), "{run:#?}");
-    let run = idem(&["--url", "mysql://127.0.0.1/x", "list"]).expect(2);
+    let run = idem(&["--url", "mongodb://127.0.0.1/x", "list"]).expect(2);
     assert!(
-        run.stderr.contains("unsupported store URL scheme `mysql`"),
+        run.stderr
+            .contains("unsupported store URL scheme `mongodb`"),
         "{run:#?}"
     );
     let run = mem.run(&["show", "--digest", "abc"]).expect(2);
@@ -175,7 +176,7 @@ async fn show_list_release_purge_and_stats_on_a_file() {
     let forced = cli.run(&["release", "--force", "charges.v1", "order-1"]);
     let forced = forced.expect(0);
     assert!(
-        forced.stdout.contains("deleted the completed result"),
+        forced.stdout.contains("ended the completed result"),
         "{forced:#?}"
     );
     cli.run(&["release", "--force", "charges.v1", "order-1"])
@@ -277,4 +278,100 @@ async fn json_keys_give_the_digest_of_the_typed_key() {
         r#""tenant-7""#,
     ])
     .expect(0);
+}
+
+/// `idem show NAME --digest HEX` (the README's form) with the digest an application logged from
+/// `idem::current_key()`: the record is found and NAME is checked against its namespace, also
+/// by `release`; a digest that is not 64 hex digits is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_release_by_name_and_digest() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    let store = idem::Idem::sqlite(&db.url).await.unwrap();
+    let logged = store
+        .call("refunds.v1")
+        .key("refund-88")
+        .ttl(Duration::from_secs(3600))
+        .run(async { Ok::<_, idem::Error>(idem::current_key().expect("inside a call")) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        logged,
+        idem::testkit::digest("refunds.v1", "refund-88").to_hex()
+    );
+
+    let show = cli
+        .run(&["show", "refunds.v1", "--digest", &logged, "--value"])
+        .expect(0);
+    assert!(show.stdout.contains("name         refunds.v1"), "{show:#?}");
+    assert!(
+        show.stdout.contains(&format!("digest       {logged}")),
+        "{show:#?}"
+    );
+    assert!(show.stdout.contains("status       completed"), "{show:#?}");
+    assert!(
+        show.stdout.contains(&format!("Ok(\"{logged}\")")),
+        "{show:#?}"
+    );
+    let doc = cli
+        .run(&["--json", "show", "refunds.v1", "--digest", &logged])
+        .expect(0)
+        .json();
+    assert_eq!(doc["name"], "refunds.v1");
+    assert_eq!(doc["digest"], logged.as_str());
+    // The digest's own case and surrounding blanks do not matter.
+    let upper = format!(" {} ", logged.to_uppercase());
+    cli.run(&["show", "refunds.v1", "--digest", &upper])
+        .expect(0);
+
+    // NAME is checked: the record with that digest is in another namespace.
+    let other = cli
+        .run(&["show", "charges.v1", "--digest", &logged])
+        .expect(1);
+    assert!(
+        other.stderr.contains("namespace `refunds.v1`"),
+        "{other:#?}"
+    );
+    let other = cli
+        .run(&["release", "--force", "charges.v1", "--digest", &logged])
+        .expect(1);
+    assert!(other.stderr.contains("Nothing was changed"), "{other:#?}");
+    cli.run(&["show", "--digest", &logged]).expect(0);
+
+    // Bad digests: a usage error that says what a digest looks like, before any store is opened.
+    for bad in [
+        "abc",
+        "zz",
+        &logged[..63],
+        &format!("{logged}0"),
+        &"g".repeat(64),
+    ] {
+        let run = cli.run(&["show", "refunds.v1", "--digest", bad]).expect(2);
+        assert!(run.stderr.contains("64 hex digits"), "{bad}: {run:#?}");
+        let run = cli
+            .run(&["--json", "show", "refunds.v1", "--digest", bad])
+            .expect(2);
+        assert_eq!(run.json()["error"]["kind"], "usage", "{run:#?}");
+    }
+    // --digest names the key: a KEY or a scope beside it is refused.
+    cli.run(&["show", "refunds.v1", "refund-88", "--digest", &logged])
+        .expect(2);
+    cli.run(&["show", "refunds.v1", "--digest", &logged, "--scope", "s"])
+        .expect(2);
+
+    // release by NAME and digest: refused while live, then forced.
+    let refused = cli
+        .run(&["release", "refunds.v1", "--digest", &logged])
+        .expect(3);
+    assert!(refused.stderr.contains("completed"), "{refused:#?}");
+    let forced = cli
+        .run(&["release", "--force", "refunds.v1", "--digest", &logged])
+        .expect(0);
+    assert!(
+        forced.stdout.contains("ended the completed result"),
+        "{forced:#?}"
+    );
+    cli.run(&["show", "refunds.v1", "--digest", &logged])
+        .expect(1);
 }

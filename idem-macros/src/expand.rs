@@ -1,189 +1,64 @@
-//! The rewrite: the body stays in the same function, as an `async move` block run by
-//! `__private::run` under a claim. Generated code reaches the runtime only via `#krate::__private`.
+//! The rewrite, and nothing else: the function has passed `valid::check`. The body stays in the
+//! same function, as an `async move` block run under a claim. Generated code reaches the
+//! runtime only through `#krate::__private`.
 
-use crate::args::{Args, DurationArg, OnErrorArg};
+use crate::ast::{Args, DurationArg, OnErrorArg};
+use crate::valid::Checked;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+use syn::{Ident, ItemFn, LitStr, Type};
 
-/// One argument of the function, as the default key sees it.
-enum Arg {
-    /// `name: T` (or `mut name: T`, `ref name: T`).
-    Named(Ident),
-    /// A destructuring pattern, `_`, …: it has no name to put in a key.
-    Pattern(Span),
-}
-
-/// Expands `#[idempotent(args)] item`. On a misuse, the errors plus the function as written (so
-/// that its callers do not add a cascade of errors of their own).
-pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
-    let mut errors: Vec<syn::Error> = Vec::new();
-    let sig = &item.sig;
-
-    if sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            sig.fn_token.span,
-            "#[idempotent] needs an `async fn`: add `async` (the call claims its key in the \
-             store and awaits it)",
-        ));
-    }
-
-    let ret: Option<Type> = match &sig.output {
-        ReturnType::Type(_, ty) if is_result(ty) => Some((**ty).clone()),
-        ReturnType::Type(_, ty) => {
-            errors.push(syn::Error::new(
-                ty.span(),
-                "an #[idempotent] function must return `Result<T, E>`, with `E: From<idem::Error>`: \
-                 idempotency failures reach the caller as `Err`; an alias works when its name \
-                 ends in `Result` (`io::Result<T>`, `AppResult<T>`)",
-            ));
-            None
-        }
-        ReturnType::Default => {
-            errors.push(syn::Error::new(
-                sig.ident.span(),
-                "an #[idempotent] function must return `Result<T, E>` (with `E: From<idem::Error>`): \
-                 add a return type; idempotency failures reach the caller as `Err`",
-            ));
-            None
-        }
-    };
-
-    let mut fn_args: Vec<Arg> = Vec::new();
-    for input in &sig.inputs {
-        if let FnArg::Typed(pt) = input {
-            fn_args.push(match &*pt.pat {
-                Pat::Ident(pi) if pi.subpat.is_none() => Arg::Named(pi.ident.clone()),
-                other => Arg::Pattern(other.span()),
-            });
-        }
-    }
-    let names: Vec<&Ident> = fn_args
-        .iter()
-        .filter_map(|a| match a {
-            Arg::Named(i) => Some(i),
-            Arg::Pattern(_) => None,
-        })
-        .collect();
-
-    for skipped in &args.skip {
-        if !names.contains(&skipped) {
-            let real = real_arguments(&sig.ident, &names);
-            errors.push(syn::Error::new(
-                skipped.span(),
-                format!(
-                    "`skip({skipped})`: `{}` has no argument `{skipped}`; {real}",
-                    sig.ident
-                ),
-            ));
-        }
-    }
-
-    if let Some(tx) = &args.transaction {
-        if !names.contains(&tx) {
-            let real = real_arguments(&sig.ident, &names);
-            errors.push(syn::Error::new(
-                tx.span(),
-                format!(
-                    "`transaction = {tx}`: `{}` has no argument `{tx}`; {real}; name the \
-                     `&mut sqlx::Transaction<'_, sqlx::Postgres>` argument",
-                    sig.ident
-                ),
-            ));
-        }
-    }
-
-    // `store = handle` where `handle` is an argument: a handle is never part of the key.
-    let store_arg: Option<Ident> = match &args.store {
-        Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident().cloned(),
-        _ => None,
-    };
-    // Nor is the transaction.
-    let in_default = |name: &Ident| {
-        !args.skip.iter().any(|s| s == name)
-            && store_arg.as_ref() != Some(name)
-            && args.transaction.as_ref() != Some(name)
-    };
-
-    // The default key and fingerprint: every argument not skipped, in order.
-    let needs_default = args.key.is_none() || args.fingerprint.is_none();
-    let mut parts: Vec<TokenStream> = Vec::new();
+/// Rewrites the body of `item` to run under a claim, as `args` say.
+pub fn expand(args: &Args, checked: Checked, mut item: ItemFn) -> TokenStream {
     let krate: TokenStream = match &args.krate {
         Some(p) => p.to_token_stream(),
         None => quote!(::idem),
     };
-    for arg in &fn_args {
-        match arg {
-            Arg::Named(name) if in_default(name) => {
-                // `key_part` reports a non-`Serialize` argument at its own span; the element
-                // itself is then a placeholder, so the key tuple adds no second error.
-                parts.push(quote_spanned! {name.span()=>
-                    {
-                        let _ = #krate::__private::key_part(&#name);
-                        (&#krate::__private::Arg(&#name)).__idem_part()
-                    }
-                });
-            }
-            Arg::Named(_) => {}
-            Arg::Pattern(span) if needs_default => {
-                let what = match (args.key.is_none(), args.fingerprint.is_none()) {
-                    (true, true) => "`key = …` and `fingerprint = …`",
-                    (true, false) => "`key = …`",
-                    _ => "`fingerprint = …`",
-                };
-                errors.push(syn::Error::new(
-                    *span,
-                    format!(
-                        "this argument is a pattern, not a name, so it cannot be part of the default \
-                         key and fingerprint of #[idempotent]: bind it to a name (e.g. \
-                         `pair: (u8, u8)`, and destructure it in the body), or set {what}"
-                    ),
-                ));
-            }
-            Arg::Pattern(_) => {}
-        }
-    }
-
-    if let Some(e) = errors.into_iter().reduce(|mut a, b| {
-        a.combine(b);
-        a
-    }) {
-        let err = e.to_compile_error();
-        // The function as written, so its callers compile; its arguments may be unused now that
-        // the expansion does not use them, and that warning would only be noise.
-        return quote!(#err #[allow(unused_variables)] #item);
-    }
-    let ret = ret.expect("checked above");
-
     let name = args
         .name
         .clone()
         .unwrap_or_else(|| LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span()));
-    let default_tuple = if parts.is_empty() {
-        quote!(())
-    } else {
-        quote!({
-            use #krate::__private::{OtherArg as _, SerializeArg as _};
-            ( #(#parts,)* )
-        })
+    let stmts = &item.block.stmts;
+    let body = match &args.transaction {
+        Some(tx) => transactional(&krate, args, &checked, &name, tx, stmts),
+        None => {
+            let builder = builder(args, &quote!(#krate::__private::CallBuilder), &name);
+            let setup = setup(&krate, args, &checked, builder);
+            let policy = policy(&krate, args);
+            // The call to `run` is spanned at the return type, so that its unsatisfied bounds
+            // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
+            let ret_span = checked.ret.span();
+            let body = pinned_body(&checked.ret, stmts, ret_span);
+            let krate_at_ret = respan(krate.clone(), ret_span);
+            let run = quote_spanned! {ret_span=>
+                #krate_at_ret::__private::run(__idem_call, #policy, #body).await
+            };
+            quote! {{
+                let __idem_call = #setup;
+                #run
+            }}
+        }
     };
+    item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
+    item.into_token_stream()
+}
 
-    // The transactional mode's items exist only with the `postgres` feature: the module's name
-    // is the compile error without it.
-    let tx_mod = quote!(#krate::__private::transaction_needs_the_postgres_feature);
-    let builder_ty = match &args.transaction {
-        Some(_) => quote!(#tx_mod::TxBuilder),
-        None => quote!(#krate::__private::CallBuilder),
-    };
-    let builder = match &args.store {
+/// `Builder::new(&(store), name)`, or `Builder::installed(name)` without `store = …`.
+fn builder(args: &Args, builder_ty: &TokenStream, name: &LitStr) -> TokenStream {
+    match &args.store {
         Some(store) => {
             let store_ref = quote_spanned!(store.span()=> &(#store));
             quote!(#builder_ty::new(#store_ref, #name))
         }
         None => quote!(#builder_ty::installed(#name)),
-    };
+    }
+}
+
+/// The builder with every option set: key, fingerprint, scope, step, durations.
+fn setup(krate: &TokenStream, args: &Args, checked: &Checked, builder: TokenStream) -> TokenStream {
+    let default_tuple = default_tuple(krate, &checked.defaults);
     let mut setup = builder;
     match &args.key {
         Some(key) => setup.extend(quote_spanned!(key.span()=> .key(&(#key)))),
@@ -208,32 +83,51 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
     ] {
         if let Some(value) = value {
             let method = Ident::new(method, Span::call_site());
-            let d = duration(&krate, value);
+            let d = duration(krate, value);
             setup.extend(quote!(.#method(#d)));
         }
     }
+    setup
+}
 
-    let policy = match &args.on_error {
+/// The tuple of the arguments in the default key and fingerprint, in order.
+fn default_tuple(krate: &TokenStream, defaults: &[Ident]) -> TokenStream {
+    if defaults.is_empty() {
+        return quote!(());
+    }
+    // `key_part` reports a non-`Serialize` argument at its own span; the element itself is
+    // then a placeholder, so the key tuple adds no second error.
+    let parts = defaults.iter().map(|name| {
+        quote_spanned! {name.span()=>
+            {
+                let _ = #krate::__private::key_part(&#name);
+                (&#krate::__private::Arg(&#name)).__idem_part()
+            }
+        }
+    });
+    quote!({
+        use #krate::__private::{OtherArg as _, SerializeArg as _};
+        ( #(#parts,)* )
+    })
+}
+
+/// What decides about an `Err`: `on_error = …`, released by default.
+fn policy(krate: &TokenStream, args: &Args) -> TokenStream {
+    match &args.on_error {
         None | Some(OnErrorArg::Release) => quote!(#krate::__private::ReleaseErrors),
         Some(OnErrorArg::Keep) => quote!(#krate::__private::KeepErrors),
         Some(OnErrorArg::Decide(path)) => {
             quote_spanned!(path.span()=> #krate::__private::decide(#path))
         }
-    };
-
-    // The call to `run` is spanned at the return type, so that its unsatisfied bounds
-    // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
-    let stmts = &item.block.stmts;
-    let ret_span = ret.span();
-    if let Some(tx) = &args.transaction {
-        let body = transactional(&tx_mod, tx, &ret, setup, policy, stmts);
-        item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
-        return item.into_token_stream();
     }
-    let krate_at_ret = respan(krate.clone(), ret_span);
-    let run = quote_spanned! {ret_span=>
-        #krate_at_ret::__private::run(__idem_call, #policy, async move {
-            // Pins the block's return type, so that `?` and `return` in the body infer.
+}
+
+/// The body as an `async move` block whose output is pinned to the function's return type, so
+/// that `?` and `return` in the body infer as they would in the function itself. `span` is where
+/// a bound the block fails is reported.
+fn pinned_body(ret: &Type, stmts: &[syn::Stmt], span: Span) -> TokenStream {
+    quote_spanned! {span=>
+        async move {
             if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
                 #[allow(unreachable_code)]
                 return __idem_ret;
@@ -241,42 +135,31 @@ pub fn expand(args: Args, mut item: ItemFn) -> TokenStream {
             let __idem_ret: #ret = { #(#stmts)* };
             #[allow(unreachable_code)]
             __idem_ret
-        })
-        .await
-    };
-    let body = quote! {{
-        let __idem_call = #setup;
-        #run
-    }};
-    item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
-    item.into_token_stream()
-}
-
-/// "its arguments are `a`, `b`", for an option that names an argument that does not exist.
-fn real_arguments(func: &Ident, names: &[&Ident]) -> String {
-    if names.is_empty() {
-        return format!("`{func}` has no named arguments");
+        }
     }
-    let list = names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!("its arguments are {list}")
 }
 
-/// The body in the transactional mode: claim on the transaction's connection, return a replay
-/// (or an idempotency failure) without running the body, else run the body (which uses the
-/// transaction itself, through a reborrow that ends with it) and store its result on the same
-/// transaction. The caller commits or rolls back both.
+/// The body in the transactional mode (`transaction = tx`): claim on the transaction's
+/// connection, return a replay (or an idempotency failure) without running the body, else run
+/// the body (which uses the transaction itself, through a reborrow that ends with it) and store
+/// its result on the same transaction. The caller commits or rolls back both.
 fn transactional(
-    tx_mod: &TokenStream,
+    krate: &TokenStream,
+    args: &Args,
+    checked: &Checked,
+    name: &LitStr,
     tx: &Ident,
-    ret: &Type,
-    setup: TokenStream,
-    policy: TokenStream,
     stmts: &[syn::Stmt],
 ) -> TokenStream {
+    // The transactional mode's items exist only with the `postgres` feature: the module's name
+    // is the compile error without it.
+    let tx_mod = quote!(#krate::__private::transaction_needs_the_postgres_feature);
+    // The same call as every other mode; only its executor differs (the transaction).
+    let builder = builder(args, &quote!(#krate::__private::CallBuilder), name);
+    let setup = setup(krate, args, checked, builder);
+    let policy = policy(krate, args);
+    let ret = &checked.ret;
+    let body = pinned_body(ret, stmts, Span::call_site());
     // Spanned at the return type, as `run` is: unsatisfied bounds on `T` and `E` point there.
     let ret_span = ret.span();
     let m_at_ret = respan(tx_mod.clone(), ret_span);
@@ -295,36 +178,10 @@ fn transactional(
             // the result on once the body is done.
             #[allow(unused_variables)]
             let #tx = &mut *#tx;
-            #tx_mod::scope(&__idem_claim, async move {
-                // Pins the block's return type, so that `?` and `return` in the body infer.
-                if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
-                    #[allow(unreachable_code)]
-                    return __idem_ret;
-                }
-                let __idem_ret: #ret = { #(#stmts)* };
-                #[allow(unreachable_code)]
-                __idem_ret
-            })
-            .await
+            #tx_mod::scope(&__idem_claim, #body).await
         };
         #m_at_ret::finish(__idem_claim, #conn, &__idem_policy, __idem_ret).await
     }}
-}
-
-/// `Result<..>`, `io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`, …: any path whose last
-/// segment is (or ends in) `Result`. Anything else is refused; an alias under another name cannot
-/// be seen through from a macro.
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(p) => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.ident.to_string().ends_with("Result")),
-        Type::Group(g) => is_result(&g.elem),
-        Type::Paren(p) => is_result(&p.elem),
-        _ => false,
-    }
 }
 
 /// The same tokens at `span`: a path spanned partly at the call site and partly at the user's
@@ -365,7 +222,8 @@ mod tests {
     fn expand_str(args: TokenStream, item: TokenStream) -> String {
         let args: Args = syn::parse2(args).unwrap();
         let item: ItemFn = syn::parse2(item).unwrap();
-        expand(args, item).to_string()
+        let checked = crate::valid::check(&args, &item).unwrap_or_else(|e| panic!("{e}"));
+        expand(&args, checked, item).to_string()
     }
 
     #[test]
@@ -450,7 +308,7 @@ mod tests {
         );
         let m = ":: idem :: __private :: transaction_needs_the_postgres_feature";
         assert!(
-            out.contains(&format!("{m} :: TxBuilder :: new (& (idem) , \"place\")")),
+            out.contains(":: idem :: __private :: CallBuilder :: new (& (idem) , \"place\")"),
             "{out}"
         );
         // Neither the store nor the transaction is part of the default key.

@@ -1,11 +1,13 @@
 //! The `#[idempotent]` attribute of the `idem` crate. Use it through `idem`: `use idem::idempotent;`.
 //!
-//! Thin on purpose: it parses the options (`args`), checks the function, and rewrites it
-//! (`expand`); everything else is in `idem-runtime`, reached through `idem::__private`.
+//! Thin on purpose: it parses what it is given (`ast`), checks the rules that involve the
+//! function or several options (`valid`), and rewrites the function (`expand`); everything else
+//! is in `idem-runtime`, reached through `idem::__private`.
 #![warn(missing_docs)]
 
-mod args;
+mod ast;
 mod expand;
+mod valid;
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -45,39 +47,50 @@ use quote::quote;
 ///   and replayed (`keep`, needs `E: Serialize + DeserializeOwned`), or a `fn(&E) -> idem::OnError`
 ///   decides per error.
 /// - `crate = path`: where `idem` is, when it is renamed or re-exported (default `::idem`).
-/// - `transaction = tx` (feature `postgres`): `tx` names an argument of type
-///   `&mut sqlx::Transaction<'_, Postgres>` (or `&mut PgConnection`); the claim and the result
-///   are written in that transaction, so they commit or roll back with the body's own writes.
-///   Needs a PostgreSQL store; `wait` and `step` do not apply.
+/// - `transaction = tx` (features `postgres`, `mysql`): `tx` names an argument of type
+///   `&mut sqlx::Transaction<'_, Postgres>` or `&mut sqlx::Transaction<'_, MySql>` (or a
+///   connection: `&mut PgConnection`, `&mut MySqlConnection`); the claim and the result are
+///   written in that transaction, so they commit or roll back with the body's own writes.
+///   Needs a store of the same database; `wait` and `step` do not apply.
+/// - `step`: a step of the idempotent call it runs in, keyed under that call's key; a retry of
+///   the parent replays the finished steps and runs the rest.
+///
+/// # What the default key cannot hold
+///
+/// Every argument in the default key and fingerprint must be `Serialize`, and must not have
+/// interior mutability: a `Mutex`, `RwLock` (std's, tokio's, parking_lot's), `RefCell`, `Cell`,
+/// `OnceCell`, `OnceLock` or atomic (`AtomicU64`, …), also behind `&`, `&mut`, `Arc`, `Rc`,
+/// `Box` or inside a tuple, array or generic type. serde serializes such a value's *current
+/// contents*, so a body that changes it would make a new key on every call and idempotency would
+/// silently stop. Each is a compile error at the argument: put it in `skip(...)` or write
+/// `key = …` and `fingerprint = …`.
+///
+/// The check reads the type as written, so a type alias (`type Counter = Mutex<u64>;`), a
+/// generic parameter or a struct with such a field hides it; name such an argument in
+/// `skip(...)` when it is not part of what identifies the call.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
-    let original = proc_macro2::TokenStream::from(item.clone());
-    let args = match syn::parse::<args::Args>(args) {
-        Ok(args) => args,
-        Err(e) => return with_item(e, original),
-    };
-    match syn::parse::<syn::ItemFn>(item) {
-        Ok(func) => expand::expand(args, func).into(),
-        Err(_) => {
-            let e = match syn::parse2::<syn::TraitItemFn>(original.clone()) {
-                Ok(f) if f.default.is_none() => syn::Error::new(
-                    f.sig.ident.span(),
-                    "#[idempotent] needs the function's body: put it on the method of the \
-                     `impl` block, not on the trait's declaration",
-                ),
-                _ => syn::Error::new(
-                    proc_macro2::Span::call_site(),
-                    "#[idempotent] goes on an `async fn` with a body (a free function, a method, \
-                     or a method of a trait impl)",
-                ),
-            };
-            with_item(e, original)
-        }
+    let item = proc_macro2::TokenStream::from(item);
+    match parse_validate_expand(args, item.clone()) {
+        Ok(expanded) => expanded.into(),
+        Err(e) => fallback(e, item),
     }
 }
 
-/// The error, and the item as written: its users then see no cascade of errors of their own.
-fn with_item(e: syn::Error, item: proc_macro2::TokenStream) -> TokenStream {
+fn parse_validate_expand(
+    args: TokenStream,
+    item: proc_macro2::TokenStream,
+) -> syn::Result<proc_macro2::TokenStream> {
+    let args = syn::parse::<ast::Args>(args)?;
+    let func = ast::parse_fn(item)?;
+    let checked = valid::check(&args, &func)?;
+    Ok(expand::expand(&args, checked, func))
+}
+
+/// The errors, and the function as written: its callers then compile, and the build shows the
+/// mistake alone rather than a cascade of errors of their own. Its arguments may be unused now
+/// that no expansion uses them, and that warning would only be noise.
+fn fallback(e: syn::Error, item: proc_macro2::TokenStream) -> TokenStream {
     let e = e.to_compile_error();
     quote!(#e #[allow(unused_variables)] #item).into()
 }

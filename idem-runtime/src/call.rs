@@ -1,11 +1,12 @@
 //! One call: key → claim → run the body under a lease → store or release.
 
-use crate::codec::{self, Stored};
+use crate::codec;
 use crate::context::{self, CallContext, CURRENT};
 use crate::error::Error;
+use crate::exec::Exec;
 use crate::handle::Idem;
 use crate::key::{self, Digest};
-use crate::lease::{run_leased, Finished};
+use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
 use crate::protocol::{self, Decision};
@@ -40,6 +41,7 @@ impl<T> Outcome<T> {
 }
 
 /// An idempotent call being set up: see [`Idem::call`].
+#[derive(Debug)]
 #[must_use = "a Call does nothing until `run`"]
 pub struct Call {
     /// `None`: the parent's handle for a step inside a call, else the installed one.
@@ -53,9 +55,9 @@ pub struct Call {
 }
 
 /// Everything a call needs once it is set up.
-struct Prepared {
-    idem: Idem,
-    name: Cow<'static, str>,
+pub(crate) struct Prepared {
+    pub(crate) idem: Idem,
+    pub(crate) name: Cow<'static, str>,
     key: Digest,
     fingerprint: Digest,
     scope: Option<Vec<u8>>,
@@ -135,14 +137,21 @@ impl Call {
         self
     }
 
-    fn prepare(mut self) -> Result<Prepared, Error> {
+    /// The namespace as written.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn name(&self) -> &Cow<'static, str> {
+        &self.name
+    }
+
+    /// Resolves the handle, the step's parent, the digests and the defaults.
+    pub(crate) fn prepare(mut self) -> Result<Prepared, Error> {
         if let Some(e) = self.parts.error.take() {
             return Err(e);
         }
         let parent = if self.step { context::current() } else { None };
         if let Some(parent) = &parent {
             self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
-            self.idem = self.idem.or_else(|| parent.idem.clone());
+            self.idem = self.idem.or_else(|| Some(parent.idem.clone()));
             self.parts.scope = self.parts.scope.or_else(|| parent.scope.clone());
         }
         let idem = match self.idem.take() {
@@ -151,11 +160,9 @@ impl Call {
         };
         let (key, fingerprint) = self.parts.digests(&self.name)?;
         let defaults = *idem.defaults();
-        let mut ttl = self.ttl.unwrap_or(defaults.ttl);
-        if let Some(parent) = &parent {
-            // A step's record never outlives its parent's by more than the parent's TTL.
-            ttl = self.ttl.map_or(parent.ttl, |t| t.min(parent.ttl));
-        }
+        // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
+        let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);
+        let ttl = self.ttl.unwrap_or(inherited);
         let lease = self.lease.unwrap_or(defaults.lease);
         if lease.is_zero() {
             return Err(Error::Config(format!(
@@ -225,6 +232,7 @@ impl Call {
         )
     }
 
+    /// The default executor: every step on the handle's store, the attempt under a lease.
     async fn execute_boxed<T, E, P, Fut>(
         self,
         mut obs: Obs,
@@ -238,112 +246,170 @@ impl Call {
         Fut: Future<Output = Result<T, E>>,
     {
         let obs = &mut obs;
-        // Every failure of idem's own goes through here, so that the call reports it.
-        let fail = |obs: &mut Obs, e: Error| {
-            obs.fail(&e);
-            into_err(e)
+        let call = match self.prepare() {
+            Ok(call) => call,
+            Err(e) => return Err(fail(obs, e, into_err)),
         };
-        let call = self.prepare().map_err(|e| fail(obs, e))?;
         let store = call.idem.store();
-        obs.prepared(store.backend(), &call.key);
-        let token = loop {
-            let claim = Claim {
-                name: &call.name,
-                key: &call.key,
-                fingerprint: &call.fingerprint,
-                lease: call.lease,
-            };
-            let outcome = obs
-                .store("claim", store.claim(claim))
-                .await
-                .map_err(|e| fail(obs, e))?;
-            match protocol::decide(outcome, &call.fingerprint) {
-                Decision::Run { token } => break token,
-                Decision::Replay(bytes) => return replay(obs, &policy, &bytes, into_err),
-                Decision::Mismatch => return Err(fail(obs, call.mismatch())),
-                Decision::InProgress { retry_after } => {
-                    let Some(wait) = call.wait else {
-                        return Err(fail(obs, call.in_progress(retry_after)));
-                    };
-                    match wait_for(store, &call, obs, Instant::now() + wait).await {
-                        Waited::Decided(Decision::Replay(bytes)) => {
-                            return replay(obs, &policy, &bytes, into_err)
-                        }
-                        Waited::Decided(Decision::Mismatch) => {
-                            return Err(fail(obs, call.mismatch()))
-                        }
-                        Waited::Decided(Decision::InProgress { retry_after }) => {
-                            return Err(fail(obs, call.in_progress(retry_after)))
-                        }
-                        Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
-                        Waited::Failed(e) => return Err(fail(obs, e)),
-                    }
+        let mut exec = Exec::Store(store);
+        let (token, sent) = match call.begin(&mut exec, obs, &policy, into_err).await {
+            Begun::Run { token, sent } => (token, sent),
+            Begun::Done(done) => return done,
+        };
+        let held = Held::new(sent, call.lease);
+        let attempt = async {
+            match lease::caught(CURRENT.scope(call.context(token), body)).await {
+                Ok(result) => {
+                    let finished = call
+                        .finish(
+                            &mut exec,
+                            obs,
+                            token,
+                            Some(&held),
+                            &policy,
+                            result,
+                            into_err,
+                        )
+                        .await;
+                    Ok(finished)
+                }
+                Err(panic) => {
+                    call.release(&mut exec, obs, token, Some(&held)).await;
+                    obs.done(Ended::Panicked);
+                    Err(panic)
                 }
             }
         };
-        obs.claimed(token);
-
-        let ctx = CallContext {
-            key: call.key,
-            token,
-            idem: Some(call.idem.clone()),
-            scope: call.scope.clone(),
-            ttl: call.ttl,
-        };
-        let finished = run_leased(
-            store,
-            &call.name,
-            &call.key,
-            token,
-            call.lease,
-            CURRENT.scope(ctx, body),
-        )
-        .await;
-        match finished {
-            Finished::Panicked(payload) => {
-                call.release(store, obs, token).await;
-                obs.done(Ended::Panicked);
-                std::panic::resume_unwind(payload)
-            }
-            Finished::Done(Ok(value)) => match codec::encode_ok(&value) {
-                Ok(bytes) => {
-                    call.complete(store, obs, token, &bytes)
-                        .await
-                        .map_err(|e| fail(obs, e))?;
-                    obs.done(Ended::Claimed);
-                    Ok(Outcome::Fresh(value))
-                }
-                Err(e) => {
-                    // Nothing can be stored, so nothing could be replayed: free the key.
-                    call.release(store, obs, token).await;
-                    Err(fail(obs, e))
-                }
-            },
-            Finished::Done(Err(error)) => match policy.on_error(&error) {
-                OnError::Release => {
-                    call.release(store, obs, token).await;
-                    obs.done(Ended::Released);
-                    Err(error)
-                }
-                OnError::Keep => match policy.encode(&error) {
-                    Ok(bytes) => {
-                        call.complete(store, obs, token, &bytes)
-                            .await
-                            .map_err(|e| fail(obs, e))?;
-                        obs.done(Ended::Claimed);
-                        Err(error)
-                    }
-                    Err(e) => {
-                        call.release(store, obs, token).await;
-                        Err(fail(obs, e))
-                    }
-                },
-            },
+        match lease::run_leased(store, &call.name, &call.key, token, &held, attempt).await {
+            Ok(finished) => finished,
+            Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
 
+/// Every failure of idem's own goes through here, so that the call reports it.
+fn fail<E>(obs: &mut Obs, e: Error, into_err: fn(Error) -> E) -> E {
+    obs.fail(&e);
+    into_err(e)
+}
+
+/// What a call's claim decided.
+pub(crate) enum Begun<T, E> {
+    /// The call holds the key with `token` (claimed at `sent`): run the body, then finish.
+    Run { token: u64, sent: Instant },
+    /// Replayed, or an idempotency failure: the body does not run.
+    Done(Result<Outcome<T>, E>),
+}
+
 impl Prepared {
+    /// Claims the key on `exec` and maps the decision: run, replay, in progress (waiting for
+    /// the attempt in flight when the call has a `wait` and the executor a lease), mismatch.
+    pub(crate) async fn begin<T, E, P>(
+        &self,
+        exec: &mut Exec<'_>,
+        obs: &mut Obs,
+        policy: &P,
+        into_err: fn(Error) -> E,
+    ) -> Begun<T, E>
+    where
+        T: DeserializeOwned,
+        P: ErrorPolicy<E>,
+    {
+        obs.prepared(exec.backend(), &self.key);
+        loop {
+            let claim = Claim {
+                name: &self.name,
+                key: &self.key,
+                fingerprint: &self.fingerprint,
+                lease: self.lease,
+            };
+            let sent = Instant::now();
+            let decision = match obs.store("claim", exec.claim(claim)).await {
+                Ok(outcome) => protocol::decide(outcome, &self.fingerprint),
+                Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+            };
+            let decision = match (decision, self.wait, exec.leased()) {
+                (Decision::InProgress { .. }, Some(wait), Some(store)) => {
+                    match wait_for(store, self, obs, Instant::now() + wait).await {
+                        Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
+                        Waited::Decided(decision) => decision,
+                        Waited::Failed(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+                    }
+                }
+                (decision, _, _) => decision,
+            };
+            let done = match decision {
+                Decision::Run { token } => {
+                    obs.claimed(token);
+                    return Begun::Run { token, sent };
+                }
+                Decision::Replay(bytes) => replay(obs, policy, &bytes, into_err),
+                Decision::Mismatch => Err(fail(obs, self.mismatch(), into_err)),
+                Decision::InProgress { retry_after } => {
+                    Err(fail(obs, self.in_progress(retry_after), into_err))
+                }
+            };
+            return Begun::Done(done);
+        }
+    }
+
+    /// The logical call the body runs in: what `current_key()` reads and steps nest under.
+    pub(crate) fn context(&self, token: u64) -> CallContext {
+        CallContext {
+            key: self.key,
+            token,
+            idem: self.idem.clone(),
+            scope: self.scope.clone(),
+            ttl: self.ttl,
+        }
+    }
+
+    /// Stores the body's result (an `Ok`, or an `Err` the policy keeps) or releases the key
+    /// (an `Err` the policy releases, or a result that cannot be encoded), and returns it.
+    /// `held`: the lease the store steps are bounded by, under the default executor.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn finish<T, E, P>(
+        &self,
+        exec: &mut Exec<'_>,
+        obs: &mut Obs,
+        token: u64,
+        held: Option<&Held>,
+        policy: &P,
+        result: Result<T, E>,
+        into_err: fn(Error) -> E,
+    ) -> Result<Outcome<T>, E>
+    where
+        T: Serialize,
+        P: ErrorPolicy<E>,
+    {
+        let (keep, result) = match result {
+            Ok(value) => (codec::encode_ok(&value), Ok(Outcome::Fresh(value))),
+            Err(error) => match policy.on_error(&error) {
+                OnError::Release => {
+                    self.release(exec, obs, token, held).await;
+                    obs.done(Ended::Released);
+                    return Err(error);
+                }
+                OnError::Keep => (policy.encode(&error), Err(error)),
+            },
+        };
+        let stored = match keep {
+            Ok(bytes) => self.complete(exec, obs, token, held, &bytes).await,
+            Err(e) => {
+                // Nothing can be stored, so nothing could be replayed: free the key.
+                self.release(exec, obs, token, held).await;
+                Err(e)
+            }
+        };
+        match stored {
+            Ok(()) => {
+                obs.done(Ended::Claimed);
+                result
+            }
+            Err(e) => Err(fail(obs, e, into_err)),
+        }
+    }
+
     fn mismatch(&self) -> Error {
         Error::Mismatch {
             name: self.name.to_string(),
@@ -361,9 +427,10 @@ impl Prepared {
 
     async fn complete(
         &self,
-        store: &dyn Store,
+        exec: &mut Exec<'_>,
         obs: &mut Obs,
         token: u64,
+        held: Option<&Held>,
         value: &[u8],
     ) -> Result<(), Error> {
         let done = Complete {
@@ -372,7 +439,15 @@ impl Prepared {
             value,
             ttl: self.ttl,
         };
-        if obs.store("complete", store.complete(done)).await? {
+        let step = obs.store("complete", exec.complete(done));
+        let completed = match held {
+            Some(held) => match held.bound(step).await {
+                Some(completed) => completed,
+                None => return Err(self.lease_ran_out(exec.backend())),
+            },
+            None => step.await,
+        };
+        if completed? {
             Ok(())
         } else {
             Err(Error::LeaseLost {
@@ -383,18 +458,33 @@ impl Prepared {
         }
     }
 
-    /// Frees the key. A failure here is logged, not returned: the caller's own error (or panic)
-    /// matters more, and the claim lapses after its lease anyway.
-    async fn release(&self, store: &dyn Store, obs: &mut Obs, token: u64) {
-        match obs.store("release", store.release(&self.key, token)).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(idem.name = &*self.name, idem.key = %KeyPrefix(&self.key), idem.token = token, "idem: release found the key taken over")
+    async fn release(&self, exec: &mut Exec<'_>, obs: &mut Obs, token: u64, held: Option<&Held>) {
+        let backend = exec.backend();
+        let step = obs.store("release", exec.release(&self.name, &self.key, token));
+        let abandoned = match held {
+            Some(held) => held.bound(step).await.is_none(),
+            None => {
+                step.await;
+                false
             }
-            Err(e) => {
-                tracing::warn!(idem.name = &*self.name, idem.key = %KeyPrefix(&self.key), idem.token = token, error = %e, "idem: release failed; the key lapses after its lease")
-            }
+        };
+        if abandoned {
+            tracing::warn!(idem.name = &*self.name, idem.key = %KeyPrefix(&self.key), idem.token = token, error = %self.lease_ran_out(backend), "idem: release abandoned; the key lapses after its lease");
         }
+    }
+
+    /// The store kept failing (renewals too) until this attempt's lease ran out.
+    fn lease_ran_out(&self, backend: crate::store::Backend) -> Error {
+        Error::store_kind(
+            backend,
+            "complete",
+            crate::error::StoreErrorKind::Timeout,
+            format!(
+                "{}: the store did not answer before this attempt's lease ran out; the key \
+                 frees when the lease lapses",
+                self.name
+            ),
+        )
     }
 }
 
@@ -408,19 +498,14 @@ where
     T: DeserializeOwned,
     P: ErrorPolicy<E>,
 {
-    let decoded = codec::split::<T>(bytes).and_then(|stored| match stored {
-        Stored::Ok(json) => codec::decode(json).map(|v| Ok(Outcome::Replayed(v))),
-        Stored::Err(json) => policy.decode(json).map(Err),
-    });
+    let decoded = codec::decode_result::<T, E>(bytes, |json| policy.decode(json))
+        .map(|result| result.map(Outcome::Replayed));
     match decoded {
         Ok(replayed) => {
             obs.done(Ended::Replayed);
             replayed
         }
-        Err(e) => {
-            obs.fail(&e);
-            Err(into_err(e))
-        }
+        Err(e) => Err(fail(obs, e, into_err)),
     }
 }
 
@@ -463,7 +548,7 @@ async fn wait_for(store: &dyn Store, call: &Prepared, obs: &mut Obs, deadline: I
 /// idem.call("checkout").key("order-1").run(async {
 ///     let reserved = idem::step("reserve", || async { Ok::<_, idem::Error>(3u32) }).await?;
 ///     for item in 0..reserved {
-///         idem::step(&("ship", item), || async { Ok::<_, idem::Error>(()) }).await?;
+///         idem::step(("ship", item), || async { Ok::<_, idem::Error>(()) }).await?;
 ///     }
 ///     Ok::<_, idem::Error>(())
 /// }).await?;
@@ -471,18 +556,19 @@ async fn wait_for(store: &dyn Store, call: &Prepared, obs: &mut Obs, deadline: I
 /// ```
 ///
 /// Keyed under the parent's logical call (its `current_key()`), the step name `"step"` and
-/// `key`; it inherits the parent's store, scope and TTL. A completed step replays on the
+/// `key` (any `Serialize` value, taken by value: `("ship", id)`, `&name`, `order_id`); it
+/// inherits the parent's store, scope and TTL. A completed step replays on the
 /// parent's retry; a failed one runs again. Outside any idempotent call it is an ordinary
 /// call on the installed handle, in namespace `"step"`.
-pub fn step<K, T, E, F, Fut>(key: &K, body: F) -> impl Future<Output = Result<T, E>>
+pub fn step<K, T, E, F, Fut>(key: K, body: F) -> impl Future<Output = Result<T, E>>
 where
-    K: Serialize + ?Sized,
+    K: Serialize,
     T: Serialize + DeserializeOwned,
     E: From<Error>,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let call = Call::installed("step").step().key(key).run(body());
+    let call = Call::installed("step").step().key(&key).run(body());
     async move { call.await.map(Outcome::into_inner) }
 }
 
@@ -493,4 +579,34 @@ pub(crate) fn not_installed() -> Error {
          #[idempotent]"
             .into(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CodecErrorKind, Error, Idem};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A result that cannot be stored (a NaN, found by the `record_decoding` fuzz target: it was
+    /// stored as `null`, which no replay could decode) frees its key: the call fails with the
+    /// codec error, and the next call runs the body again.
+    #[tokio::test]
+    async fn a_result_that_cannot_be_stored_frees_its_key() {
+        let idem = Idem::memory();
+        let runs = AtomicUsize::new(0);
+        for _ in 0..2 {
+            let result = idem
+                .call("floats")
+                .key("k")
+                .run(async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<f64, Error>(f64::NAN)
+                })
+                .await;
+            match result {
+                Err(Error::Codec(e)) => assert_eq!(e.kind, CodecErrorKind::Encode, "{e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
 }

@@ -20,6 +20,15 @@ pub(crate) enum Stored<'a> {
 }
 
 fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, Error> {
+    // JSON has no NaN or infinity: serde_json writes one as `null`, which would be stored and
+    // then never decode into the float it was. Refused here, nothing undecodable is stored.
+    value.serialize(finite::Check).map_err(|e| {
+        Error::Codec(CodecError {
+            kind: CodecErrorKind::Encode,
+            type_name: std::any::type_name::<T>(),
+            message: e.to_string(),
+        })
+    })?;
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_V1);
     out.push(kind);
@@ -77,12 +86,244 @@ pub(crate) fn decode<T: DeserializeOwned>(json: &[u8]) -> Result<T, Error> {
     })
 }
 
+/// Decodes a stored value the way a replay does: an `Ok` into the caller's `T`, a kept `Err`
+/// through `decode_err` (the call's error policy). Anything that does not decode is
+/// [`Error::Codec`].
+pub(crate) fn decode_result<T, E>(
+    bytes: &[u8],
+    decode_err: impl FnOnce(&[u8]) -> Result<E, Error>,
+) -> Result<Result<T, E>, Error>
+where
+    T: DeserializeOwned,
+{
+    match split::<T>(bytes)? {
+        Stored::Ok(json) => decode(json).map(Ok),
+        Stored::Err(json) => decode_err(json).map(Err),
+    }
+}
+
+/// Decodes stored bytes into the `Result` a replay returns, kept errors decoded as
+/// [`crate::KeepErrors`] does (the `record_decoding` fuzz target's entry point; never panics:
+/// bytes that do not decode are [`Error::Codec`]).
+#[cfg(feature = "testkit")]
+#[doc(hidden)]
+pub fn decode_stored<T: DeserializeOwned, E: DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<Result<T, E>, Error> {
+    decode_result(bytes, |json| decode(json))
+}
+
+/// Encodes a result as a call stores it: an `Ok`, or an `Err` kept as [`crate::KeepErrors`]
+/// keeps it (the inverse of [`decode_stored`], for the fuzz target's round trip).
+#[cfg(feature = "testkit")]
+#[doc(hidden)]
+pub fn encode_stored<T: Serialize, E: Serialize>(result: &Result<T, E>) -> Result<Vec<u8>, Error> {
+    match result {
+        Ok(value) => encode_ok(value),
+        Err(error) => encode_err(error),
+    }
+}
+
 /// The stored value as JSON text, for operators (the CLI's `--value`).
 pub fn describe_value(bytes: &[u8]) -> String {
     match split::<()>(bytes) {
         Ok(Stored::Ok(json)) => format!("Ok({})", String::from_utf8_lossy(json)),
         Ok(Stored::Err(json)) => format!("Err({})", String::from_utf8_lossy(json)),
         Err(e) => e.to_string(),
+    }
+}
+
+/// A serializer that only looks for floats JSON cannot hold (NaN, the infinities).
+mod finite {
+    use serde::ser::{self, Serialize};
+    use std::fmt;
+
+    #[derive(Debug)]
+    pub(super) struct NonFinite(String);
+
+    impl fmt::Display for NonFinite {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for NonFinite {}
+
+    impl ser::Error for NonFinite {
+        fn custom<T: fmt::Display>(msg: T) -> Self {
+            NonFinite(msg.to_string())
+        }
+    }
+
+    type R = Result<(), NonFinite>;
+
+    /// Succeeds when every float in the value is finite.
+    pub(super) struct Check;
+
+    impl ser::Serializer for Check {
+        type Ok = ();
+        type Error = NonFinite;
+        type SerializeSeq = Check;
+        type SerializeTuple = Check;
+        type SerializeTupleStruct = Check;
+        type SerializeTupleVariant = Check;
+        type SerializeMap = Check;
+        type SerializeStruct = Check;
+        type SerializeStructVariant = Check;
+
+        fn serialize_bool(self, _: bool) -> R {
+            Ok(())
+        }
+        fn serialize_i8(self, _: i8) -> R {
+            Ok(())
+        }
+        fn serialize_i16(self, _: i16) -> R {
+            Ok(())
+        }
+        fn serialize_i32(self, _: i32) -> R {
+            Ok(())
+        }
+        fn serialize_i64(self, _: i64) -> R {
+            Ok(())
+        }
+        fn serialize_i128(self, _: i128) -> R {
+            Ok(())
+        }
+        fn serialize_u8(self, _: u8) -> R {
+            Ok(())
+        }
+        fn serialize_u16(self, _: u16) -> R {
+            Ok(())
+        }
+        fn serialize_u32(self, _: u32) -> R {
+            Ok(())
+        }
+        fn serialize_u64(self, _: u64) -> R {
+            Ok(())
+        }
+        fn serialize_u128(self, _: u128) -> R {
+            Ok(())
+        }
+        fn serialize_f32(self, v: f32) -> R {
+            self.serialize_f64(v.into())
+        }
+        fn serialize_f64(self, v: f64) -> R {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(NonFinite(format!(
+                    "the float {v} cannot be stored: JSON has no NaN or infinity"
+                )))
+            }
+        }
+        fn serialize_char(self, _: char) -> R {
+            Ok(())
+        }
+        fn serialize_str(self, _: &str) -> R {
+            Ok(())
+        }
+        fn serialize_bytes(self, _: &[u8]) -> R {
+            Ok(())
+        }
+        fn serialize_none(self) -> R {
+            Ok(())
+        }
+        fn serialize_some<T: ?Sized + Serialize>(self, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_unit(self) -> R {
+            Ok(())
+        }
+        fn serialize_unit_struct(self, _: &'static str) -> R {
+            Ok(())
+        }
+        fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> R {
+            Ok(())
+        }
+        fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_newtype_variant<T: ?Sized + Serialize>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            v: &T,
+        ) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_seq(self, _: Option<usize>) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_tuple(self, _: usize) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_map(self, _: Option<usize>) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Check, NonFinite> {
+            Ok(Check)
+        }
+    }
+
+    /// The compound parts walk each element or field with the same check.
+    macro_rules! walk_each {
+        ($($trait:ident :: $method:ident ($($name:ty)?)),* $(,)?) => {$(
+            impl ser::$trait for Check {
+                type Ok = ();
+                type Error = NonFinite;
+                fn $method<T: ?Sized + Serialize>(&mut self, $(_: $name,)? v: &T) -> R {
+                    v.serialize(Check)
+                }
+                fn end(self) -> R {
+                    Ok(())
+                }
+            }
+        )*};
+    }
+
+    walk_each!(
+        SerializeSeq::serialize_element(),
+        SerializeTuple::serialize_element(),
+        SerializeTupleStruct::serialize_field(),
+        SerializeTupleVariant::serialize_field(),
+        SerializeStruct::serialize_field(&'static str),
+        SerializeStructVariant::serialize_field(&'static str),
+    );
+
+    impl ser::SerializeMap for Check {
+        type Ok = ();
+        type Error = NonFinite;
+        fn serialize_key<T: ?Sized + Serialize>(&mut self, k: &T) -> R {
+            k.serialize(Check)
+        }
+        fn serialize_value<T: ?Sized + Serialize>(&mut self, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn end(self) -> R {
+            Ok(())
+        }
     }
 }
 
@@ -106,5 +347,54 @@ mod tests {
         }
         assert!(matches!(split::<u32>(&[9, b'o']), Err(Error::Codec(_))));
         assert!(matches!(split::<u32>(&[]), Err(Error::Codec(_))));
+    }
+
+    /// Found by the `record_decoding` fuzz target: serde_json's default float parser is not
+    /// exact, so a replayed f64 could be one unit in the last place off the stored one.
+    #[test]
+    fn floats_replay_exactly() {
+        for v in [
+            7.064_162_446_993_141e-304_f64,
+            0.1,
+            1.0 / 3.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+        ] {
+            let bytes = encode_ok(&v).unwrap();
+            let Stored::Ok(json) = split::<f64>(&bytes).unwrap() else {
+                panic!()
+            };
+            assert_eq!(decode::<f64>(json).unwrap().to_bits(), v.to_bits(), "{v:e}");
+        }
+    }
+
+    /// Found by the `record_decoding` fuzz target: a non-finite float was stored as `null`,
+    /// and the stored value then never decoded. It is refused when encoding instead.
+    #[test]
+    fn non_finite_floats_are_not_stored() {
+        #[derive(Serialize)]
+        struct Line {
+            qty: u32,
+            weight: Option<f32>,
+        }
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            match encode_ok(&vec![(1u8, bad)]) {
+                Err(Error::Codec(e)) => assert_eq!(e.kind, CodecErrorKind::Encode, "{e}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let line = Line {
+            qty: 1,
+            weight: Some(f32::INFINITY),
+        };
+        assert!(matches!(encode_err(&line), Err(Error::Codec(_))));
+        let bytes = encode_ok(&(f64::MAX, -0.0f64, f32::MIN_POSITIVE)).unwrap();
+        let Stored::Ok(json) = split::<()>(&bytes).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            decode::<(f64, f64, f32)>(json).unwrap(),
+            (f64::MAX, -0.0, f32::MIN_POSITIVE)
+        );
     }
 }

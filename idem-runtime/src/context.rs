@@ -9,8 +9,8 @@ use std::time::Duration;
 pub(crate) struct CallContext {
     pub(crate) key: Digest,
     pub(crate) token: u64,
-    /// `None` in PostgreSQL's transactional mode: its steps use the installed handle.
-    pub(crate) idem: Option<Idem>,
+    /// The handle the call runs on: its steps inherit it.
+    pub(crate) idem: Idem,
     pub(crate) scope: Option<Vec<u8>>,
     pub(crate) ttl: Duration,
 }

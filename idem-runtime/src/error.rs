@@ -1,5 +1,6 @@
 //! `idem::Error`: every way an idempotent call can fail without the body's own error.
 
+use crate::store::Backend;
 use std::fmt;
 use std::time::Duration;
 
@@ -18,7 +19,8 @@ pub enum Error {
         name: String,
         /// The hex digest of the key ([`crate::current_key`] of the running attempt).
         key: String,
-        /// How long, at most, until the running attempt's lease lapses.
+        /// When to ask again: the running attempt's lease left, capped at one second
+        /// ([`crate::protocol::retry_after`]); also what [`Error::retry_after`] returns.
         retry_after: Option<Duration>,
     },
     /// The key was used before with other arguments (another fingerprint): a key reused for a
@@ -50,19 +52,118 @@ pub enum Error {
     Config(String),
 }
 
+/// What kind of failure an [`Error`] is, without its details: what code that handles errors
+/// matches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::InProgress`].
+    InProgress,
+    /// [`Error::Mismatch`].
+    Mismatch,
+    /// [`Error::LeaseLost`].
+    LeaseLost,
+    /// [`Error::Codec`].
+    Codec,
+    /// [`Error::Key`].
+    Key,
+    /// [`Error::Store`], with what the store said went wrong.
+    Store(StoreErrorKind),
+    /// [`Error::Config`].
+    Config,
+}
+
 impl Error {
-    /// A store error from any source.
-    pub fn store(backend: &'static str, op: &'static str, source: impl Into<BoxError>) -> Self {
+    /// A store failure of kind [`StoreErrorKind::Query`]: a statement or command that failed.
+    /// For store implementors and for bodies that report their own database failures; a store
+    /// that knows better says so with [`Error::store_kind`].
+    pub fn store(
+        backend: impl Into<Backend>,
+        op: &'static str,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::store_kind(backend, op, StoreErrorKind::Query, source)
+    }
+
+    /// A store failure of a given kind (for store implementors).
+    pub fn store_kind(
+        backend: impl Into<Backend>,
+        op: &'static str,
+        kind: StoreErrorKind,
+        source: impl Into<BoxError>,
+    ) -> Self {
         Error::Store(StoreError {
-            backend,
+            backend: backend.into(),
             op,
+            kind,
             source: source.into(),
         })
+    }
+
+    /// A misconfiguration: a bad URL, table name or option, or no installed handle.
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::Config(message.into())
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InProgress { .. } => ErrorKind::InProgress,
+            Error::Mismatch { .. } => ErrorKind::Mismatch,
+            Error::LeaseLost { .. } => ErrorKind::LeaseLost,
+            Error::Codec(_) => ErrorKind::Codec,
+            Error::Key(_) => ErrorKind::Key,
+            Error::Store(e) => ErrorKind::Store(e.kind),
+            Error::Config(_) => ErrorKind::Config,
+        }
+    }
+
+    /// The store failure's kind, for [`Error::Store`].
+    pub fn store_error_kind(&self) -> Option<StoreErrorKind> {
+        match self {
+            Error::Store(e) => Some(e.kind),
+            _ => None,
+        }
     }
 
     /// True for [`Error::InProgress`].
     pub fn is_in_progress(&self) -> bool {
         matches!(self, Error::InProgress { .. })
+    }
+
+    /// True for [`Error::Mismatch`].
+    pub fn is_mismatch(&self) -> bool {
+        matches!(self, Error::Mismatch { .. })
+    }
+
+    /// True for [`Error::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// True for [`Error::Codec`].
+    pub fn is_codec(&self) -> bool {
+        matches!(self, Error::Codec(_))
+    }
+
+    /// True for [`Error::Store`].
+    pub fn is_store(&self) -> bool {
+        matches!(self, Error::Store(_))
+    }
+
+    /// True for [`Error::Config`].
+    pub fn is_config(&self) -> bool {
+        matches!(self, Error::Config(_))
+    }
+
+    /// For [`Error::InProgress`]: when to ask again (the running attempt's lease left, capped
+    /// at [`crate::protocol::MAX_RETRY_AFTER`]); the HTTP layer's `Retry-After` is this,
+    /// rounded up to whole seconds. `None` for every other error.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::InProgress { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 }
 
@@ -108,15 +209,71 @@ impl std::error::Error for Error {
     }
 }
 
-/// A failure of the store behind a handle.
+/// A failure of the store behind a handle. Built by the stores ([`Error::store_kind`]).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct StoreError {
-    /// `"memory"`, `"sqlite"`, `"postgres"`, `"redis"`, …
-    pub backend: &'static str,
+    /// Which store.
+    pub backend: Backend,
     /// The protocol step that failed: `"claim"`, `"complete"`, `"open"`, …
     pub op: &'static str,
+    /// What went wrong, as the store classified it.
+    pub kind: StoreErrorKind,
     /// What the backend said.
     pub source: BoxError,
+}
+
+/// What went wrong in a store, as the store classified it: what operators' tools and retry
+/// logic decide on, instead of a message or a backend's error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The server cannot be reached, the connection was lost, or no connection came free in
+    /// time.
+    Unreachable,
+    /// The server took longer than the configured timeout to answer.
+    Timeout,
+    /// The server refused the credentials (or asked for some).
+    Authentication,
+    /// The credentials are accepted but lack a privilege the step needs.
+    Permission,
+    /// The database the URL names does not exist (a missing SQLite file, an unknown
+    /// PostgreSQL database).
+    DatabaseMissing,
+    /// The store's table (its schema) does not exist: run the migrations.
+    SchemaMissing,
+    /// The schema is older than this version of idem reads: run the migrations.
+    SchemaOutdated,
+    /// The schema was written by a newer version of idem: upgrade idem.
+    SchemaNewer,
+    /// The server or file accepts no writes (a read-only replica, a read-only file).
+    ReadOnly,
+    /// Out of room: memory, disk, or the store's limit on a value's size.
+    Capacity,
+    /// Another writer held a lock for longer than the busy timeout.
+    Busy,
+    /// The server lacks something idem needs (too old a version).
+    Unsupported,
+    /// A stored record or a reply is not what idem writes.
+    Corrupt,
+    /// Any other failure of a statement or command.
+    Query,
+}
+
+impl StoreErrorKind {
+    /// True for the kinds a later retry of the same step may cure without anyone acting:
+    /// [`Unreachable`](Self::Unreachable), [`Timeout`](Self::Timeout), [`Busy`](Self::Busy).
+    pub fn is_transient(self) -> bool {
+        matches!(self, Self::Unreachable | Self::Timeout | Self::Busy)
+    }
+
+    /// True for the kinds about the schema: missing, outdated or newer.
+    pub fn is_schema(self) -> bool {
+        matches!(
+            self,
+            Self::SchemaMissing | Self::SchemaOutdated | Self::SchemaNewer
+        )
+    }
 }
 
 impl fmt::Display for StoreError {

@@ -20,7 +20,11 @@ pub struct Idem {
 }
 
 struct Inner {
-    store: Box<dyn Store>,
+    store: Arc<dyn Store>,
+    /// The same store, for the engine to find a concrete store type where it needs one (the
+    /// transactional mode needs PostgreSQL's statements), without a per-backend hook on `Store`.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    any: Arc<dyn std::any::Any + Send + Sync>,
     defaults: Defaults,
 }
 
@@ -46,7 +50,7 @@ impl Idem {
     #[cfg(feature = "sqlite")]
     pub async fn sqlite(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
-            crate::store::sqlite::SqliteStore::open(url).await?,
+            crate::store::sqlite::SqliteStore::connect(url).await?,
         ))
     }
 
@@ -54,7 +58,18 @@ impl Idem {
     #[cfg(feature = "postgres")]
     pub async fn postgres(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
-            crate::store::postgres::PostgresStore::open(url).await?,
+            crate::store::postgres::PostgresStore::connect(url).await?,
+        ))
+    }
+
+    /// A MySQL 8 / MariaDB 10.6+ store (`mysql://user:password@host:port/database`); the schema
+    /// is created or upgraded on open.
+    #[cfg(feature = "mysql")]
+    pub async fn mysql(url: &str) -> Result<Idem, Error> {
+        Ok(Idem::from_store(
+            crate::store::mysql::MysqlOptions::from_url(url)?
+                .connect()
+                .await?,
         ))
     }
 
@@ -62,7 +77,21 @@ impl Idem {
     #[cfg(feature = "redis")]
     pub async fn redis(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
-            crate::store::redis::RedisStore::open(url).await?,
+            crate::store::redis::RedisStore::connect(url).await?,
+        ))
+    }
+
+    /// A handle on a Redis Cluster (feature `redis`), found from any of its `nodes`
+    /// (`redis://host:port/`; more than one helps when one is down): each step runs on the
+    /// primary that owns its key's slot. An empty list is [`Error::Config`]; a node without
+    /// cluster mode, or a cluster that does not serve every slot, is [`Error::Store`] at open.
+    /// See [`RedisOptions::cluster`](crate::store::redis::RedisOptions::cluster) for the options.
+    #[cfg(feature = "redis")]
+    pub async fn redis_cluster(nodes: &[&str]) -> Result<Idem, Error> {
+        Ok(Idem::from_store(
+            crate::store::redis::RedisOptions::cluster(nodes)?
+                .connect()
+                .await?,
         ))
     }
 
@@ -73,18 +102,63 @@ impl Idem {
 
     /// A handle on any [`Store`] with its own defaults for calls that set none.
     pub fn with_defaults(store: impl Store, defaults: Defaults) -> Idem {
+        let store = Arc::new(store);
         Idem {
             inner: Arc::new(Inner {
-                store: Box::new(store),
+                #[cfg(any(feature = "postgres", feature = "mysql"))]
+                any: store.clone(),
+                store,
                 defaults,
             }),
         }
     }
 
     /// Makes this handle the process-wide default, used by `#[idempotent]` functions without
-    /// `store = …`. Installing again replaces the previous default.
+    /// `store = …`.
+    ///
+    /// Installing again **replaces** the installed handle (and logs a `WARN` event saying so):
+    /// calls that start afterwards use the new store, so keys claimed in the old one are not
+    /// seen by them. Use [`Idem::try_install`] where a second installation is a mistake.
     pub fn install(self) {
-        *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = Some(self);
+        let replaced = INSTALLED
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(self);
+        if let Some(old) = replaced {
+            tracing::warn!(
+                idem.store = %old.store().backend(),
+                "idem: Idem::install replaced the installed handle; calls without `store = …` \
+                 now use the new one"
+            );
+        }
+    }
+
+    /// Makes this handle the process-wide default unless one is installed already, in which
+    /// case it returns [`Error::Config`] and leaves the installed handle in place.
+    ///
+    /// The check and the installation are one step under one lock: of several threads racing
+    /// to install, exactly one succeeds.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem;
+    /// use idem::Idem;
+    /// Idem::memory().try_install().expect("nothing installed yet");
+    /// let again = Idem::memory().try_install().unwrap_err();
+    /// assert!(again.is_config());
+    /// ```
+    pub fn try_install(self) -> Result<(), Error> {
+        let mut slot = INSTALLED.write().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(installed) => Err(Error::config(format!(
+                "an idem handle ({} store) is already installed: `Idem::try_install` does not \
+                 replace it (`Idem::install` does)",
+                installed.store().backend()
+            ))),
+            None => {
+                *slot = Some(self);
+                Ok(())
+            }
+        }
     }
 
     /// The installed default handle, if any.
@@ -95,6 +169,12 @@ impl Idem {
     /// The store behind this handle.
     pub fn store(&self) -> &dyn Store {
         &*self.inner.store
+    }
+
+    /// The store behind this handle as an `S`, if it is one.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn store_as<S: Store>(&self) -> Option<&S> {
+        self.inner.any.downcast_ref::<S>()
     }
 
     /// The defaults of this handle.
@@ -123,6 +203,8 @@ impl Idem {
 
     /// Deletes every record that is no longer live, in batches of `batch` (each batch one
     /// bounded operation, so concurrent calls are never blocked for long). Returns how many.
+    /// A record that ended (expired, released) in the current millisecond stays until the
+    /// next, for its token ([`crate::protocol::may_forget`]).
     pub async fn purge_expired(&self, batch: usize) -> Result<u64, Error> {
         crate::admin::purge_expired(self.store(), batch, |_| {}).await
     }
@@ -144,7 +226,7 @@ impl Idem {
                         observe::reaper_tick(n);
                     }
                     Err(e) => {
-                        tracing::warn!(idem.store = idem.store().backend(), error = %e, "idem: reaper failed")
+                        tracing::warn!(idem.store = %idem.store().backend(), error = %e, "idem: reaper failed")
                     }
                 }
             }
@@ -160,5 +242,83 @@ pub struct Reaper(tokio::task::JoinHandle<()>);
 impl Drop for Reaper {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+
+    /// Counts the WARN events emitted while it is the thread's default subscriber.
+    #[derive(Default)]
+    struct CountWarnings(AtomicUsize);
+
+    impl tracing::Subscriber for CountWarnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn same(a: &Idem, b: &Idem) -> bool {
+        Arc::ptr_eq(&a.inner, &b.inner)
+    }
+
+    // One test, because the installed handle is process-wide: the steps run in this order.
+    #[test]
+    fn try_install_refuses_a_second_handle_and_install_replaces_with_a_warning() {
+        assert!(Idem::installed().is_none(), "no other unit test installs");
+
+        // Eight threads race to install on an empty slot: exactly one wins, and the handle
+        // installed is the winner's.
+        let barrier = Arc::new(Barrier::new(8));
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let idem = Idem::memory();
+                    let mine = idem.clone();
+                    barrier.wait();
+                    (mine, idem.try_install())
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        let winners: Vec<_> = results.iter().filter(|(_, r)| r.is_ok()).collect();
+        assert_eq!(winners.len(), 1, "exactly one try_install succeeds");
+        let installed = Idem::installed().expect("the winner is installed");
+        assert!(same(&installed, &winners[0].0));
+        for (_, r) in results.iter().filter(|(_, r)| r.is_err()) {
+            let e = r.as_ref().unwrap_err();
+            assert!(e.is_config(), "{e:?}");
+            assert!(e.to_string().contains("already installed"), "{e}");
+        }
+
+        // A refused try_install leaves the installed handle in place and logs nothing.
+        let warnings = Arc::new(CountWarnings::default());
+        let refused =
+            tracing::subscriber::with_default(warnings.clone(), || Idem::memory().try_install());
+        assert!(refused.unwrap_err().is_config());
+        assert!(same(&Idem::installed().unwrap(), &installed));
+        assert_eq!(warnings.0.load(Ordering::SeqCst), 0);
+
+        // install replaces it, with one WARN event.
+        let replacement = Idem::memory();
+        tracing::subscriber::with_default(warnings.clone(), || replacement.clone().install());
+        assert!(same(&Idem::installed().unwrap(), &replacement));
+        assert_eq!(warnings.0.load(Ordering::SeqCst), 1);
     }
 }

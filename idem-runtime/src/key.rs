@@ -25,21 +25,21 @@ const DOMAIN_KEY: &[u8] = b"idem\0key\0v1\0";
 const DOMAIN_FINGERPRINT: &[u8] = b"idem\0fp\0v1\0";
 
 mod tag {
-    pub const NONE: u8 = 0x00;
-    pub const SOME: u8 = 0x01;
-    pub const UNIT: u8 = 0x02;
-    pub const BOOL: u8 = 0x03;
-    pub const INT: u8 = 0x04;
-    pub const BIG_UINT: u8 = 0x05;
-    pub const FLOAT: u8 = 0x06;
-    pub const STR: u8 = 0x07;
-    pub const BYTES: u8 = 0x08;
-    pub const SEQ: u8 = 0x09;
-    pub const MAP: u8 = 0x0a;
-    pub const UNIT_VARIANT: u8 = 0x0b;
-    pub const NEWTYPE_VARIANT: u8 = 0x0c;
-    pub const TUPLE_VARIANT: u8 = 0x0d;
-    pub const STRUCT_VARIANT: u8 = 0x0e;
+    pub(super) const NONE: u8 = 0x00;
+    pub(super) const SOME: u8 = 0x01;
+    pub(super) const UNIT: u8 = 0x02;
+    pub(super) const BOOL: u8 = 0x03;
+    pub(super) const INT: u8 = 0x04;
+    pub(super) const BIG_UINT: u8 = 0x05;
+    pub(super) const FLOAT: u8 = 0x06;
+    pub(super) const STR: u8 = 0x07;
+    pub(super) const BYTES: u8 = 0x08;
+    pub(super) const SEQ: u8 = 0x09;
+    pub(super) const MAP: u8 = 0x0a;
+    pub(super) const UNIT_VARIANT: u8 = 0x0b;
+    pub(super) const NEWTYPE_VARIANT: u8 = 0x0c;
+    pub(super) const TUPLE_VARIANT: u8 = 0x0d;
+    pub(super) const STRUCT_VARIANT: u8 = 0x0e;
 }
 
 /// A 32-byte sha256 digest: how keys and fingerprints are stored.
@@ -206,12 +206,17 @@ struct Map<'a> {
     pending_key: Option<Vec<u8>>,
 }
 
+/// The most map entries reserved up front from a length hint.
+const MAX_PREALLOCATED_ENTRIES: usize = 64;
+
 impl<'a> Map<'a> {
     fn start(out: &'a mut Vec<u8>, head: &[u8], len: Option<usize>) -> Self {
         out.extend_from_slice(head);
         Map {
             out,
-            entries: Vec::with_capacity(len.unwrap_or(4)),
+            // The length is the `Serialize` impl's hint, not a promise: a huge one must not
+            // allocate (or abort) before a single entry exists.
+            entries: Vec::with_capacity(len.unwrap_or(4).min(MAX_PREALLOCATED_ENTRIES)),
             pending_key: None,
         }
     }
@@ -575,6 +580,23 @@ mod tests {
     fn digest_of<T: Serialize + ?Sized>(ns: &str, scope: Option<&str>, key: &T) -> String {
         let scope = scope.map(|s| canonical(s).unwrap());
         key_digest(ns, scope.as_deref(), &canonical(key).unwrap()).to_hex()
+    }
+
+    /// A `Serialize` impl whose length hint is far larger than what it serializes: the hint
+    /// reserves nothing out of bounds, and the key is the one of the real entries.
+    #[test]
+    fn a_lying_map_length_hint_allocates_nothing_out_of_bounds() {
+        use serde::ser::SerializeMap;
+        struct Lying;
+        impl Serialize for Lying {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(usize::MAX / 2))?;
+                m.serialize_entry("a", &1u8)?;
+                m.end()
+            }
+        }
+        let honest: BTreeMap<&str, u8> = [("a", 1)].into();
+        assert_eq!(canonical(&Lying).unwrap(), canonical(&honest).unwrap());
     }
 
     /// Golden vectors: these strings must never change. A change here means every stored key

@@ -2,7 +2,8 @@
 //!
 //! Users depend on the `idem` facade crate, which re-exports all of this together with the
 //! `#[idempotent]` attribute. See the repository README for the guide.
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod admin;
 mod call;
@@ -10,6 +11,7 @@ mod codec;
 mod context;
 pub mod cron;
 mod error;
+mod exec;
 mod handle;
 #[cfg(feature = "axum")]
 pub mod http;
@@ -21,6 +23,8 @@ pub mod protocol;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod transaction;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -29,12 +33,16 @@ pub mod __private;
 pub use call::{step, Call, Outcome};
 pub use codec::describe_value;
 pub use context::{current_key, current_token};
-pub use error::{BoxError, CodecError, CodecErrorKind, Error, StoreError};
+pub use error::{
+    BoxError, CodecError, CodecErrorKind, Error, ErrorKind, StoreError, StoreErrorKind,
+};
 pub use handle::{Idem, Reaper};
 pub use policy::{
     parse_duration, DecideErrors, Defaults, ErrorPolicy, KeepErrors, OnError, ReleaseErrors,
 };
-pub use store::Store;
+pub use store::{Backend, Store};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use transaction::InTransaction;
 
 /// The PostgreSQL store and its transactional mode (feature `postgres`).
 #[cfg(feature = "postgres")]

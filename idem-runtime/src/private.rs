@@ -1,5 +1,9 @@
 //! What `#[idempotent]` expansions call. Not public API: semver-exempt, may change in any release.
 
+// The expansion's plumbing is never printed; a `Debug` bound on it would only constrain the
+// user's types.
+#![allow(missing_debug_implementations)]
+
 use crate::call::{Call, Outcome};
 use crate::error::Error;
 use crate::policy::ErrorPolicy;
@@ -115,189 +119,78 @@ pub fn decide<E, F: Fn(&E) -> OnError + Send>(f: F) -> DecideErrors<F> {
     DecideErrors(f)
 }
 
-/// What `#[idempotent(transaction = tx)]` expands to (feature `postgres`). The module's name is
-/// what a build without the feature reports: "could not find
-/// `transaction_needs_the_postgres_feature` in `__private`".
-#[cfg(feature = "postgres")]
+/// What `#[idempotent(transaction = tx)]` expands to (features `postgres`, `mysql`): the
+/// engine's two phases around a body that uses the transaction itself (`Call::in_transaction`
+/// takes a closure instead). The module's name is what a build without either feature
+/// reports: "could not find `transaction_needs_the_postgres_feature` in `__private`".
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod transaction_needs_the_postgres_feature {
     use super::{FromIdemError, StoredValue};
-    use crate::codec::{self, Stored};
-    use crate::error::Error;
-    use crate::handle::Idem;
+    use crate::call::Outcome;
     use crate::policy::ErrorPolicy;
-    use crate::store::postgres::{StoredResult, TxCall, TxClaim, TxStep};
-    use serde::Serialize;
-    use sqlx::{PgConnection, Postgres, Transaction};
-    use std::borrow::Cow;
+    use crate::transaction::{TxAttempt, TxBegun};
     use std::future::Future;
-    use std::time::Duration;
 
-    /// A transactional call being set up: the same builder methods as [`super::CallBuilder`],
-    /// on the handle given by `store = …` or the installed one.
-    #[must_use]
-    pub struct TxBuilder {
-        idem: Option<Idem>,
-        call: TxCall,
-        ttl: Option<Duration>,
-        lease: Option<Duration>,
-    }
-
-    impl TxBuilder {
-        /// On `idem`.
-        pub fn new(idem: &Idem, name: impl Into<Cow<'static, str>>) -> TxBuilder {
-            TxBuilder::on(Some(idem.clone()), name.into())
-        }
-
-        /// On the installed handle.
-        pub fn installed(name: impl Into<Cow<'static, str>>) -> TxBuilder {
-            TxBuilder::on(None, name.into())
-        }
-
-        fn on(idem: Option<Idem>, name: Cow<'static, str>) -> TxBuilder {
-            TxBuilder {
-                idem,
-                call: TxCall::new(name),
-                ttl: None,
-                lease: None,
-            }
-        }
-
-        /// The key.
-        pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-            self.call = self.call.key(key);
-            self
-        }
-
-        /// The scope.
-        pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-            self.call = self.call.scope(scope);
-            self
-        }
-
-        /// The fingerprint.
-        pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-            self.call = self.call.fingerprint(fingerprint);
-            self
-        }
-
-        /// How long the committed result is kept (default: the handle's).
-        pub fn ttl(mut self, ttl: Duration) -> Self {
-            self.ttl = Some(ttl);
-            self
-        }
-
-        /// How long a claim committed without its result lives (default: the handle's).
-        pub fn lease(mut self, lease: Duration) -> Self {
-            self.lease = Some(lease);
-            self
-        }
-    }
-
-    /// The argument named by `transaction = …`.
-    #[diagnostic::on_unimplemented(
-        message = "`transaction = …` names an argument of type `&mut {Self}`, which is not a PostgreSQL transaction",
-        label = "the claim and the result are written on this argument's transaction",
-        note = "the argument must be a `&mut sqlx::Transaction<'_, sqlx::Postgres>` (or a `&mut sqlx::PgConnection` inside a transaction)"
-    )]
-    pub trait TxConnection {
-        /// The connection the transaction runs on.
-        fn __idem_conn(&mut self) -> &mut PgConnection;
-    }
-    impl TxConnection for Transaction<'_, Postgres> {
-        fn __idem_conn(&mut self) -> &mut PgConnection {
-            self
-        }
-    }
-    impl TxConnection for PgConnection {
-        fn __idem_conn(&mut self) -> &mut PgConnection {
-            self
-        }
-    }
+    pub use crate::transaction::InTransaction as TxConnection;
 
     /// The connection of the `transaction = …` argument, reborrowed for one statement.
     #[inline(always)]
-    pub fn conn<C: TxConnection + ?Sized>(c: &mut C) -> &mut PgConnection {
-        c.__idem_conn()
+    pub fn conn<C: TxConnection + ?Sized>(c: &mut C) -> &mut C::Connection {
+        c.__idem_connection()
     }
+
+    /// The claimed attempt: run the body in [`scope`], then [`finish`].
+    pub struct Claim(Box<TxAttempt>);
 
     /// What the claim found: run the body, or return without running it.
     pub enum Step<T, E> {
         /// This transaction holds the key.
-        Run(TxClaim),
+        Run(Claim),
         /// A committed result (replayed), or an idempotency failure.
         Done(Result<T, E>),
     }
 
-    /// Claims the key on `conn`, with the handle's PostgreSQL store.
-    pub async fn claim<T, E, P>(call: TxBuilder, conn: &mut PgConnection, policy: &P) -> Step<T, E>
+    /// Claims the key on `conn`, with the handle's store (of the transaction's database).
+    pub async fn claim<T, E, P>(
+        call: crate::call::Call,
+        conn: &mut (impl TxConnection + ?Sized),
+        policy: &P,
+    ) -> Step<T, E>
     where
         T: StoredValue,
         E: FromIdemError,
         P: ErrorPolicy<E>,
     {
-        match try_claim(call, conn).await {
-            Ok(TxStep::Run(claim)) => Step::Run(claim),
-            Ok(TxStep::Replay(stored)) => Step::Done(replay(&stored, policy)),
-            Err(e) => Step::Done(Err(E::from_idem(e))),
+        match TxAttempt::claim(call, conn, policy, E::from_idem).await {
+            TxBegun::Run(attempt) => Step::Run(Claim(attempt)),
+            TxBegun::Done(done) => Step::Done(done.map(Outcome::into_inner)),
         }
-    }
-
-    async fn try_claim(call: TxBuilder, conn: &mut PgConnection) -> Result<TxStep, Error> {
-        let TxBuilder {
-            idem,
-            call,
-            ttl,
-            lease,
-        } = call;
-        let idem = match idem {
-            Some(idem) => idem,
-            None => Idem::installed().ok_or_else(crate::call::not_installed)?,
-        };
-        let Some(store) = idem.store().as_postgres() else {
-            return Err(Error::Config(format!(
-                "#[idempotent(transaction = …)] needs a PostgreSQL store; this handle's store \
-                 is `{}`",
-                idem.store().backend()
-            )));
-        };
-        let defaults = *idem.defaults();
-        call.ttl(ttl.unwrap_or(defaults.ttl))
-            .lease(lease.unwrap_or(defaults.lease))
-            .claim(store, conn)
-            .await
-    }
-
-    fn replay<T: StoredValue, E: FromIdemError, P: ErrorPolicy<E>>(
-        stored: &StoredResult,
-        policy: &P,
-    ) -> Result<T, E> {
-        let decoded = codec::split::<T>(stored.as_bytes()).and_then(|s| match s {
-            Stored::Ok(json) => codec::decode(json).map(Ok),
-            Stored::Err(json) => policy.decode(json).map(Err),
-        });
-        decoded.unwrap_or_else(|e| Err(E::from_idem(e)))
     }
 
     /// Runs `body` as the claim's body (so `current_key` answers in it).
     pub fn scope<'a, F: Future + 'a>(
-        claim: &'a TxClaim,
+        claim: &'a Claim,
         body: F,
     ) -> impl Future<Output = F::Output> + 'a {
-        claim.scope(body)
+        claim.0.scope(body)
     }
 
     /// Stores the body's result on `conn` (or releases the key), and returns it.
-    pub fn finish<'a, T, E, P>(
-        claim: TxClaim,
-        conn: &'a mut PgConnection,
-        policy: &'a P,
+    pub async fn finish<T, E, P>(
+        claim: Claim,
+        conn: &mut (impl TxConnection + ?Sized),
+        policy: &P,
         result: Result<T, E>,
-    ) -> impl Future<Output = Result<T, E>> + 'a
+    ) -> Result<T, E>
     where
-        T: StoredValue + 'a,
-        E: FromIdemError + 'a,
+        T: StoredValue,
+        E: FromIdemError,
         P: ErrorPolicy<E>,
     {
-        claim.finish_with(conn, policy, result, E::from_idem)
+        claim
+            .0
+            .finish(conn, result, policy, E::from_idem)
+            .await
+            .map(Outcome::into_inner)
     }
 }

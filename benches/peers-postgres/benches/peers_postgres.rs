@@ -54,15 +54,21 @@ fn bench(c: &mut Criterion) {
     };
     let rt = drive::runtime();
     let (idem, effects) = rt.block_on(async {
-        let opts = PostgresOptions::new().table(TABLE).max_connections(40);
-        let store = PostgresStore::open_with(&url, opts).await.unwrap();
+        let opts = PostgresOptions::from_url(&url)
+            .unwrap()
+            .table(TABLE)
+            .max_connections(40);
+        let store = opts.connect().await.unwrap();
         let effects = agent_effects_postgres::PostgresOptions::new()
             .schema(SCHEMA)
             .max_connections(40)
             .connect(&url)
             .await
             .unwrap();
-        (store.idem(), Arc::new(agent_effects::Runtime::new(effects)))
+        (
+            Idem::from_store(store.clone()),
+            Arc::new(agent_effects::Runtime::new(effects)),
+        )
     });
     // Above every key an earlier run used, on either side.
     let start = std::time::SystemTime::now()

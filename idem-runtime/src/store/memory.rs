@@ -4,14 +4,16 @@
 //! it with its first eight bytes instead of running SipHash again) and a min-heap of expiry
 //! times. Every write evicts a few expired entries from its own shard, so memory stays bounded
 //! by the live keys without a full scan ever blocking a caller. Heap entries that a renewal or a
-//! completion made stale are dropped when they surface.
+//! completion made stale are dropped when they surface. A released record stays until the
+//! clock has moved past its end (`protocol::may_forget`), so its token is not handed out again.
 
 use super::{
-    local_now_ms, millis, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store,
+    count_states, finish_listing, local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome,
+    Complete, Filter, Inspect, KeyInfo, Record, Stat, State, Status, Store,
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{is_live, next_token};
+use crate::protocol::{ended_at, holds, is_live, may_forget, next_token};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -57,18 +59,18 @@ struct ShardState {
 }
 
 impl ShardState {
-    /// Removes up to `limit` expired entries; returns how many it removed.
+    /// Removes up to `limit` entries that may be forgotten; returns how many it removed.
     fn evict(&mut self, now: i64, limit: usize) -> u64 {
         let mut removed = 0;
         while removed < limit as u64 {
             match self.expiry.peek() {
-                Some(Reverse((at, _))) if !is_live(*at, now) => {}
+                Some(Reverse((at, _))) if may_forget(*at, now) => {}
                 _ => break,
             }
             let Reverse((at, key)) = self.expiry.pop().expect("peeked");
             if let Some(e) = self.entries.get(&key) {
                 // Only the heap entry that matches the record's current expiry may evict it.
-                if e.expires_at == at && !is_live(e.expires_at, now) {
+                if e.expires_at == at && may_forget(e.expires_at, now) {
                     self.entries.remove(&key);
                     removed += 1;
                 }
@@ -86,6 +88,16 @@ impl ShardState {
     fn set_expiry(&mut self, key: Digest, at: i64) {
         self.expiry.push(Reverse((at, key)));
     }
+
+    /// Ends the record of `key` at `now` (`protocol::ended_at`): no longer live, its token kept
+    /// for the next claim, evicted once the clock has moved on.
+    fn end(&mut self, key: &Digest, now: i64) {
+        let at = ended_at(now);
+        if let Some(e) = self.entries.get_mut(key) {
+            e.expires_at = at;
+        }
+        self.set_expiry(*key, at);
+    }
 }
 
 struct Shard {
@@ -96,6 +108,14 @@ struct Shard {
 /// The in-memory store behind [`crate::Idem::memory`].
 pub struct MemoryStore {
     shards: Box<[Shard]>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MemoryStore {
@@ -202,13 +222,13 @@ impl MemoryStore {
         ClaimOutcome::Claimed { token }
     }
 
-    /// Applies `f` to the record if it is in progress with `token`.
+    /// Applies `f` to the record if `token` holds it (`protocol::holds`).
     fn fenced(&self, key: &Digest, token: u64, f: impl FnOnce(&mut ShardState, i64)) -> bool {
         let now = local_now_ms();
         let mut st = self.lock(key);
         let held = matches!(
             st.entries.get(key),
-            Some(e) if e.token == token && e.status == Status::InProgress
+            Some(e) if holds(e.status, e.token, e.expires_at, token, now)
         );
         if held {
             f(&mut st, now);
@@ -218,8 +238,8 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn backend(&self) -> &'static str {
-        "memory"
+    fn backend(&self) -> Backend {
+        Backend::Memory
     }
 
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
@@ -244,9 +264,7 @@ impl Store for MemoryStore {
     }
 
     fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
-        let ok = self.fenced(key, token, |st, _| {
-            st.entries.remove(key);
-        });
+        let ok = self.fenced(key, token, |st, now| st.end(key, now));
         if ok {
             self.shard(key).changed.notify_waiters();
         }
@@ -308,8 +326,13 @@ impl Store for MemoryStore {
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         let now = local_now_ms();
-        let removed = self.lock(key).entries.remove(key);
-        let out = removed.map(|e| record(key, &e, now));
+        let mut st = self.lock(key);
+        // Only a live record is released; it is ended, not removed, so its token stays.
+        let out = st.live(key, now).map(|e| record(key, e, now));
+        if out.is_some() {
+            st.end(key, now);
+        }
+        drop(st);
         if out.is_some() {
             self.shard(key).changed.notify_waiters();
         }
@@ -317,29 +340,100 @@ impl Store for MemoryStore {
     }
 }
 
-impl crate::admin::Inspect for MemoryStore {
-    fn list<'a>(
-        &'a self,
-        filter: &'a crate::admin::Filter,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::KeyInfo>, Error>> {
+impl Inspect for MemoryStore {
+    fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
         let rows = self
             .records()
             .iter()
-            .map(crate::admin::KeyInfo::from)
+            .map(KeyInfo::from)
             .filter(|r| filter.matches(r))
             .collect();
-        Box::pin(std::future::ready(Ok(crate::admin::finish_listing(
-            rows, filter,
-        ))))
+        Box::pin(std::future::ready(Ok(finish_listing(rows, filter))))
     }
 
-    fn stats(&self) -> BoxFuture<'_, Result<Vec<crate::admin::Stat>, Error>> {
-        let counts = crate::admin::count_states(self.records().into_iter().map(|r| {
-            (
-                r.name,
-                crate::admin::State::of(r.status, r.expires_at, r.now),
-            )
-        }));
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
+        let counts = count_states(
+            self.records()
+                .into_iter()
+                .map(|r| (r.name, State::of(r.status, r.expires_at, r.now))),
+        );
         Box::pin(std::future::ready(Ok(counts)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The memory store answers like the SQL ones: live records only, filters composed,
+    /// oldest first, expired ones counted apart.
+    #[tokio::test]
+    async fn lists_and_counts() {
+        let store = MemoryStore::new();
+        let fp = crate::key::fingerprint_digest(b"fp");
+        for (i, (name, ttl)) in [("a", 60_000), ("a", 60_000), ("b", 1), ("c", 0)]
+            .into_iter()
+            .enumerate()
+        {
+            let key = crate::key::key_digest(name, None, &[i as u8]);
+            let claim = Claim {
+                name,
+                key: &key,
+                fingerprint: &fp,
+                lease: Duration::from_secs(60),
+            };
+            let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
+                panic!("fresh key")
+            };
+            if ttl > 0 {
+                let done = Complete {
+                    key: &key,
+                    token,
+                    value: b"abc",
+                    ttl: Duration::from_millis(ttl),
+                };
+                assert!(store.complete(done).await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        let all = store.list(&Filter::default()).await.unwrap();
+        assert_eq!(all.len(), 3, "the expired record is not listed");
+        assert!(all.windows(2).all(|w| w[0].created_at <= w[1].created_at));
+        let filter = Filter::new().name(Some("a".into()));
+        let a = store.list(&filter).await.unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].value_size, Some(3));
+        let filter = filter.limit(1);
+        assert_eq!(store.list(&filter).await.unwrap().len(), 1);
+        let filter = filter.older_than(Some(Duration::from_secs(60)));
+        assert!(store.list(&filter).await.unwrap().is_empty());
+        let filter = Filter::new().status(Some(Status::InProgress));
+        let c = store.list(&filter).await.unwrap();
+        assert_eq!(
+            (c.len(), c[0].name.as_str(), c[0].value_size),
+            (1, "c", None)
+        );
+
+        let stats = store.stats().await.unwrap();
+        let stat = |name: &str, state| Stat {
+            name: name.into(),
+            state,
+            count: 0,
+        };
+        let expect = [
+            Stat {
+                count: 2,
+                ..stat("a", State::Completed)
+            },
+            Stat {
+                count: 1,
+                ..stat("b", State::Expired)
+            },
+            Stat {
+                count: 1,
+                ..stat("c", State::InProgress)
+            },
+        ];
+        assert_eq!(stats, expect);
     }
 }

@@ -6,13 +6,16 @@
 //! > a record is **live** while `now < expires_at`, on the store's own clock.
 //!
 //! An in-progress record's `expires_at` is the end of its lease; a completed record's is the end
-//! of its TTL. A record that is not live is, for every step, the same as no record at all.
+//! of its TTL; a released one's is the moment it was released. A record that is not live is,
+//! for every step, the same as no record at all, except that a claim reads its token.
 //!
 //! Fencing tokens: a claim that creates or takes over a record gives it the token
 //! [`crate::protocol::next_token`] of the previous token and the store's clock, so a token is
-//! never reused for a key, not even after the record was purged and created anew. `complete`,
-//! `release` and `renew` act only when the record still holds the caller's token and is in
-//! progress.
+//! never reused for a key, not even after the record was purged and created anew. For that, a
+//! release *ends* the record instead of deleting it ([`crate::protocol::ended_at`]), and a record
+//! is deleted only once [`crate::protocol::may_forget`] allows. `complete`, `release` and
+//! `renew` act only when the caller's token holds the record ([`crate::protocol::holds`]: in
+//! progress, that token, live).
 
 use crate::error::Error;
 use crate::key::Digest;
@@ -20,7 +23,18 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+mod backend;
+mod inspect;
+mod migration;
+
+pub use backend::Backend;
+pub(crate) use inspect::{count_states, finish_listing};
+pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
+pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
+
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -40,9 +54,11 @@ pub enum Status {
     Completed,
 }
 
+// The column encoding of the SQL stores.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 impl Status {
     /// The status as stored in a column: 0 in progress, 1 completed.
-    pub fn as_i16(self) -> i16 {
+    pub(crate) fn as_i16(self) -> i16 {
         match self {
             Status::InProgress => 0,
             Status::Completed => 1,
@@ -50,12 +66,18 @@ impl Status {
     }
 
     /// The status from its column value.
-    pub fn from_i16(v: i16) -> Option<Status> {
+    pub(crate) fn from_i16(v: i16) -> Option<Status> {
         match v {
             0 => Some(Status::InProgress),
             1 => Some(Status::Completed),
             _ => None,
         }
+    }
+
+    /// The status from an integer column of any width (SQLite's INTEGER, MySQL's TINYINT,
+    /// PostgreSQL's SMALLINT): `None` for a value this version does not know.
+    pub(crate) fn from_column(v: impl Into<i64>) -> Option<Status> {
+        i16::try_from(v.into()).ok().and_then(Status::from_i16)
     }
 }
 
@@ -131,22 +153,29 @@ pub struct Complete<'a> {
 /// A backend for idempotency records. Each method is **one atomic operation** on the backend
 /// (one statement, one transaction, one script, one critical section).
 pub trait Store: Send + Sync + 'static {
-    /// A short name for errors and traces: `"memory"`, `"sqlite"`, …
-    fn backend(&self) -> &'static str;
+    /// Which backend this is, for errors, traces and metrics (a store outside this crate
+    /// answers [`Backend::Other`] with its short name).
+    fn backend(&self) -> Backend;
 
     /// Atomically: if no live record exists, write an in-progress record (fingerprint, new
     /// token, `expires_at = now + lease`) and return `Claimed`; otherwise return the live record.
+    /// The new token is [`protocol::next_token`](crate::protocol::next_token) of the token of the
+    /// record that is there and no longer live (lapsed, expired or ended), if any.
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>>;
 
-    /// Atomically: if the record is in progress with this token, make it completed with this
-    /// value and `expires_at = now + ttl`, and return `true`; otherwise change nothing, `false`.
+    /// Atomically: if this token holds the record ([`protocol::holds`](crate::protocol::holds):
+    /// in progress, this token, live), make it completed with this value and
+    /// `expires_at = now + ttl`, and return `true`; otherwise change nothing, `false`.
     fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>>;
 
-    /// Atomically: if the record is in progress with this token, delete it and return `true`.
+    /// Atomically: if this token holds the record, end it and return `true`: it stays, with its
+    /// token, no longer live (`expires_at =`
+    /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`), so the next claim passes the
+    /// token. Deleting it would let a claim in the same millisecond get the same token.
     fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
 
-    /// Atomically: if the record is in progress with this token, set `expires_at = now + lease`
-    /// and return `true`.
+    /// Atomically: if this token holds the record, set `expires_at = now + lease` and return
+    /// `true`.
     fn renew<'a>(
         &'a self,
         key: &'a Digest,
@@ -157,7 +186,9 @@ pub trait Store: Send + Sync + 'static {
     /// The live record of a key, if any.
     fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>>;
 
-    /// Deletes at most `limit` records that are no longer live; returns how many it deleted.
+    /// Deletes at most `limit` records that ended before now
+    /// ([`protocol::may_forget`](crate::protocol::may_forget): `expires_at < now`, so one that
+    /// ended this millisecond keeps its token for claims in it); returns how many it deleted.
     /// Bounded so that it never holds the backend for long: call it in a loop to drain.
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>>;
 
@@ -168,19 +199,11 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(tokio::time::sleep(timeout.min(Duration::from_millis(25))))
     }
 
-    /// Deletes the record of `key` whatever its state (an operator's release after an incident
-    /// review). Returns the record that was deleted.
+    /// Ends the live record of `key` whatever its state (an operator's release after an incident
+    /// review), as [`Store::release`] ends one: no longer live, its token kept. Returns the
+    /// record as it was, or `None` when the key had no live record (nothing is changed then).
     fn force_release<'a>(&'a self, key: &'a Digest)
         -> BoxFuture<'a, Result<Option<Record>, Error>>;
-
-    /// This store as a PostgreSQL store, if it is one: what `#[idempotent(transaction = …)]`
-    /// claims with (its claim runs on the caller's transaction, so it needs the SQL, not the
-    /// trait). Other stores answer `None`.
-    #[cfg(feature = "postgres")]
-    #[doc(hidden)]
-    fn as_postgres(&self) -> Option<&postgres::PostgresStore> {
-        None
-    }
 }
 
 /// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of
@@ -193,6 +216,6 @@ pub(crate) fn local_now_ms() -> i64 {
 }
 
 /// A duration as whole milliseconds, saturating (for `now + ttl` arithmetic in every store).
-pub fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -1,73 +1,10 @@
-//! The operator's queries on the PostgreSQL store ([`crate::admin`]): one statement each, on
+//! The operator's queries on the PostgreSQL store ([`Inspect`]): one statement each, on
 //! the server's clock like every other step.
 
-use super::schema::{self, Table};
-use super::{
-    connect_one, digest_of, pg_error, PostgresOptions, PostgresStore, CLOCK, DEFAULT_TABLE,
-    SCHEMA_VERSION,
-};
-use crate::admin::{Filter, Inspect, KeyInfo, Migrated, OpenError, Stat, State};
+use super::{corrupt, digest_of, pg_error, PostgresStore, CLOCK};
 use crate::error::Error;
-use crate::store::{BoxFuture, Status};
-use sqlx::{Connection, Row};
-
-fn options(table: Option<&str>) -> PostgresOptions {
-    PostgresOptions::new()
-        .table(table.unwrap_or(DEFAULT_TABLE))
-        .application_name("idem-cli")
-        .max_connections(2)
-        .notify(false)
-}
-
-/// Opens an existing, current schema for the operator's tools, creating nothing.
-pub(crate) async fn open_existing(
-    url: &str,
-    table: Option<&str>,
-) -> Result<PostgresStore, OpenError> {
-    let options = options(table).migrate_on_open(false);
-    let t = Table::parse(&options.table)?;
-    let (_, mut conn) = connect_one(url, &options).await?;
-    let found = schema::current_version(&mut conn, &t).await;
-    let _ = conn.close().await;
-    // The version check is part of opening here, not of a migration.
-    let found = found.map_err(|e| match e {
-        Error::Store(mut s) => {
-            s.op = "open";
-            Error::Store(s)
-        }
-        e => e,
-    })?;
-    if found < SCHEMA_VERSION {
-        let what = if found == 0 {
-            format!("the PostgreSQL database has no idem table {}", t.display)
-        } else {
-            format!(
-                "the idem table {} is at schema version {found}, this version of idem needs \
-                 {SCHEMA_VERSION}",
-                t.display
-            )
-        };
-        return Err(OpenError::NotMigrated {
-            what: format!("{what}: run `idem migrate` (with a role that may create tables)"),
-        });
-    }
-    Ok(PostgresStore::open_with(url, options).await?)
-}
-
-/// Creates or upgrades the schema at `url`; says what it found.
-pub(crate) async fn migrate_url(url: &str, table: Option<&str>) -> Result<Migrated, Error> {
-    let options = options(table);
-    let t = Table::parse(&options.table)?;
-    let (_, mut conn) = connect_one(url, &options).await?;
-    let from = schema::ensure(&mut conn, &t, true, SCHEMA_VERSION).await;
-    let _ = conn.close().await;
-    Ok(Migrated {
-        backend: "postgres",
-        from: from?.into(),
-        to: SCHEMA_VERSION.into(),
-        location: format!("table {}", t.display),
-    })
-}
+use crate::store::{BoxFuture, Filter, Inspect, KeyInfo, Stat, State, Status};
+use sqlx::Row;
 
 impl Inspect for PostgresStore {
     fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
@@ -106,9 +43,8 @@ impl Inspect for PostgresStore {
                             row.try_get(2).map_err(get)?,
                         )?,
                         token: token as u64,
-                        status: Status::from_i16(status).ok_or_else(|| {
-                            Error::store("postgres", "list", format!("unknown status {status}"))
-                        })?,
+                        status: Status::from_i16(status)
+                            .ok_or_else(|| corrupt("list", format!("unknown status {status}")))?,
                         value_size: size.map(|n| n as u64),
                         created_at: row.try_get(6).map_err(get)?,
                         expires_at: row.try_get(7).map_err(get)?,
@@ -140,9 +76,8 @@ impl Inspect for PostgresStore {
                     let count: i64 = row.try_get(2).map_err(get)?;
                     Ok(Stat {
                         name: row.try_get(0).map_err(get)?,
-                        state: State::from_code(state).ok_or_else(|| {
-                            Error::store("postgres", "stats", format!("unknown status {state}"))
-                        })?,
+                        state: State::from_code(state)
+                            .ok_or_else(|| corrupt("stats", format!("unknown status {state}")))?,
                         count: count as u64,
                     })
                 })

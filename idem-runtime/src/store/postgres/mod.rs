@@ -3,12 +3,13 @@
 //! | step | statement |
 //! |---|---|
 //! | `claim` | `WITH live AS (SELECT <live row>), ins AS (INSERT … WHERE NOT EXISTS (live) ON CONFLICT (key) DO UPDATE … WHERE <existing not live> RETURNING token) SELECT <claimed> FROM ins UNION ALL SELECT <live row> FROM live` |
-//! | `complete` | `UPDATE … SET status = 1, value, expires_at WHERE key AND token AND status = 0 RETURNING <notify if waiters>` |
-//! | `release` | `DELETE … WHERE key AND token AND status = 0 RETURNING <notify if waiters>` |
+//! | `complete` | `UPDATE … SET status = 1, value, expires_at WHERE key AND token AND status = 0 AND expires_at > now RETURNING <notify if waiters>` |
+//! | `release` | `UPDATE … SET expires_at = now WHERE key AND token AND status = 0 AND expires_at > now RETURNING <notify if waiters>` (the row ends and keeps its token) |
 //! | `mark_waiting` | `UPDATE … SET waiters WHERE key AND status = 0 AND NOT waiters AND live` + a read (waiters only) |
-//! | `renew` | `UPDATE … SET expires_at WHERE key AND token AND status = 0` |
+//! | `renew` | `UPDATE … SET expires_at WHERE key AND token AND status = 0 AND expires_at > now` |
 //! | `get` | `SELECT … WHERE key AND expires_at > now` |
-//! | `purge_expired` | `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE expires_at <= now ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED))` |
+//! | `purge_expired` | `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … WHERE expires_at < now ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED))` |
+//! | `force_release` | `WITH old AS (SELECT <live row> FOR UPDATE), ended AS (UPDATE … SET expires_at = now) SELECT old` |
 //!
 //! Every time is the server's: `statement_timestamp()` in milliseconds since the epoch, one
 //! instant per statement, never the client's clock, so instances with skewed clocks agree. Keys and
@@ -32,34 +33,36 @@
 //! key. Unmarked rows, nearly all of them, complete without a NOTIFY: a NOTIFY takes a
 //! cluster-wide lock at commit, which serializes every committing call that sends one.
 //!
-//! [`tx`] has the transactional mode: the claim and the stored result written inside the
-//! caller's own transaction, so they commit or roll back with the handler's writes.
+//! The transactional mode (`Call::in_transaction`, `#[idempotent(transaction = tx)]`) runs the
+//! same statements on the caller's own connection (`tx.rs`), as the engine's transactional executor.
 
-pub(crate) mod inspect;
+mod inspect;
 mod listen;
+mod options;
 mod schema;
-pub mod tx;
+mod statements;
+pub(crate) mod tx;
 
-pub use schema::{Migration, SCHEMA_VERSION};
+pub use options::PostgresOptions;
+pub use schema::SCHEMA_VERSION;
 pub use sqlx;
-pub use tx::{in_transaction, StoredResult, TxCall, TxClaim, TxStep};
 
-use super::{millis, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store};
-use crate::error::Error;
-use crate::handle::Idem;
+use super::{
+    millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Migration, Record,
+    SchemaVersion, Status, Store,
+};
+use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
 use listen::Notifier;
 use schema::Table;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
-use std::str::FromStr;
+use statements::Sql;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-const BACKEND: &str = "postgres";
-/// The table used when none is configured.
-pub const DEFAULT_TABLE: &str = "idem_records";
+const BACKEND: Backend = Backend::Postgres;
 /// How many times a claim runs its statement when a concurrent commit hid the row from its
 /// snapshot (see the module docs).
 pub const CLAIM_ATTEMPTS: usize = 5;
@@ -76,228 +79,6 @@ pub(crate) fn ms(d: Duration) -> i64 {
     millis(d).min(MAX_MS)
 }
 
-/// How to open a [`PostgresStore`]: the table, the pool, and the schema policy.
-#[derive(Debug, Clone)]
-pub struct PostgresOptions {
-    table: String,
-    max_connections: u32,
-    min_connections: u32,
-    acquire_timeout: Duration,
-    idle_timeout: Option<Duration>,
-    max_lifetime: Option<Duration>,
-    application_name: Option<String>,
-    migrate_on_open: bool,
-    notify: bool,
-    complete_retry: Duration,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        PostgresOptions {
-            table: DEFAULT_TABLE.to_string(),
-            max_connections: 16,
-            min_connections: 0,
-            acquire_timeout: Duration::from_secs(5),
-            idle_timeout: Some(Duration::from_secs(600)),
-            max_lifetime: Some(Duration::from_secs(1800)),
-            application_name: None,
-            migrate_on_open: true,
-            notify: true,
-            complete_retry: Duration::from_secs(10),
-        }
-    }
-}
-
-impl PostgresOptions {
-    /// The defaults: table `idem_records`, 16 connections, 5 s acquire timeout, the schema
-    /// created or upgraded on open, notifications on, completions retried for 10 s.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The table (`name` or `schema.name`; letters, digits, `_`). Anything else is refused with
-    /// `Error::Config` at open: the name is validated, then quoted, never interpolated raw.
-    pub fn table(mut self, name: impl Into<String>) -> Self {
-        self.table = name.into();
-        self
-    }
-
-    /// Most connections the store's pool opens (default 16). Ignored by
-    /// [`PostgresStore::from_pool`], whose pool is the caller's.
-    pub fn max_connections(mut self, n: u32) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// Connections the pool keeps open when idle (default 0).
-    pub fn min_connections(mut self, n: u32) -> Self {
-        self.min_connections = n;
-        self
-    }
-
-    /// How long a step waits for a connection before failing with `Error::Store` (default 5 s).
-    /// While the server is down, this is how long a call takes to fail.
-    pub fn acquire_timeout(mut self, d: Duration) -> Self {
-        self.acquire_timeout = d;
-        self
-    }
-
-    /// Idle connections are closed after this (default 10 min; `None`: never).
-    pub fn idle_timeout(mut self, d: Option<Duration>) -> Self {
-        self.idle_timeout = d;
-        self
-    }
-
-    /// Connections are replaced after this (default 30 min; `None`: never).
-    pub fn max_lifetime(mut self, d: Option<Duration>) -> Self {
-        self.max_lifetime = d;
-        self
-    }
-
-    /// The `application_name` of the store's connections (shown in `pg_stat_activity`).
-    pub fn application_name(mut self, name: impl Into<String>) -> Self {
-        self.application_name = Some(name.into());
-        self
-    }
-
-    /// Create or upgrade the schema on open (default `true`). With `false`, open only checks
-    /// that the schema is current, for deployments whose role may not run DDL: run
-    /// [`PostgresStore::migrate`] or the SQL of [`PostgresStore::migrations`] separately.
-    pub fn migrate_on_open(mut self, yes: bool) -> Self {
-        self.migrate_on_open = yes;
-        self
-    }
-
-    /// `NOTIFY` on completion and release so that waiting duplicates wake at once (default
-    /// `true`). Without it, waiters poll every 25 ms.
-    pub fn notify(mut self, yes: bool) -> Self {
-        self.notify = yes;
-        self
-    }
-
-    /// How long a completion is retried, on fresh connections, when the connection fails
-    /// (default 10 s; zero: never). A completion that is lost leaves the key in progress until
-    /// its lease lapses, and then a retry runs the body again; so it is worth waiting for.
-    /// The retry is safe: it recognises a completion of its own that did land.
-    pub fn complete_retry(mut self, d: Duration) -> Self {
-        self.complete_retry = d;
-        self
-    }
-}
-
-/// The statements of one table, built once.
-struct Sql {
-    claim: String,
-    complete: String,
-    complete_again: String,
-    release: String,
-    mark_waiting: String,
-    renew: String,
-    get: String,
-    purge: String,
-    force_release: String,
-}
-
-impl Sql {
-    fn new(t: &Table, notify: bool) -> Sql {
-        let r = &t.records;
-        let cols = "name, fingerprint, token, status, value, created_at, expires_at";
-        // `$n` is the channel parameter of a statement that notifies; the column is a boolean
-        // either way (the notification itself is sent when the statement commits). Only a row
-        // that a waiter marked (`waiters`, see `mark_waiting`) notifies: NOTIFY serializes
-        // committing transactions on a cluster-wide lock, which halved the throughput of fresh
-        // calls at 64 connections when every completion sent one.
-        let notify_expr = |rel: &str, n: u8| {
-            if notify {
-                format!(
-                    "CASE WHEN {rel}.waiters THEN pg_notify(${n}, encode({rel}.key, 'hex')) IS NULL \
-                     ELSE TRUE END"
-                )
-            } else {
-                format!("${n}::text IS NULL")
-            }
-        };
-        Sql {
-            // A live row in the statement's snapshot is answered without touching it (a
-            // replay is a pure read: no row lock, no WAL); otherwise the upsert runs, and takes
-            // over a row that is not live.
-            claim: format!(
-                "WITH live AS MATERIALIZED ( \
-                   SELECT e.name, e.fingerprint, e.token, e.status, e.value, e.created_at, \
-                          e.expires_at \
-                     FROM {r} e WHERE e.key = $1 AND e.expires_at > {CLOCK}), \
-                 ins AS ( \
-                   INSERT INTO {r} AS r (key, name, fingerprint, token, status, value, created_at, expires_at) \
-                   SELECT $1, $2, $3, {CLOCK} * 1000, 0, NULL, {CLOCK}, {CLOCK} + $4 \
-                    WHERE NOT EXISTS (SELECT 1 FROM live) \
-                   ON CONFLICT (key) DO UPDATE SET \
-                     name = EXCLUDED.name, fingerprint = EXCLUDED.fingerprint, \
-                     token = GREATEST(r.token + 1, EXCLUDED.token), status = 0, value = NULL, \
-                     created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at \
-                   WHERE r.expires_at <= EXCLUDED.created_at \
-                   RETURNING r.token) \
-                 SELECT TRUE AS claimed, NULL::text, NULL::bytea, ins.token, NULL::smallint, \
-                        NULL::bytea, NULL::bigint, NULL::bigint, {CLOCK} \
-                   FROM ins \
-                 UNION ALL \
-                 SELECT FALSE, live.*, {CLOCK} FROM live"
-            ),
-            complete: format!(
-                "UPDATE {r} AS u SET status = 1, value = $3, expires_at = {CLOCK} + $4 \
-                 WHERE key = $1 AND token = $2 AND status = 0 RETURNING {}",
-                notify_expr("u", 5)
-            ),
-            // After a lost connection: the first attempt may have landed; only this attempt
-            // holds this token, so a completed record with it is our own completion.
-            complete_again: format!(
-                "UPDATE {r} AS u SET status = 1, value = $3, expires_at = {CLOCK} + $4 \
-                 WHERE key = $1 AND token = $2 AND status IN (0, 1) RETURNING {}",
-                notify_expr("u", 5)
-            ),
-            release: format!(
-                "DELETE FROM {r} AS d WHERE key = $1 AND token = $2 AND status = 0 RETURNING {}",
-                notify_expr("d", 3)
-            ),
-            // A waiter asks the key's completion to notify. True when the row is in progress
-            // with `waiters` set (by this statement or an earlier waiter): its completion, or
-            // its release, is then bound to see the mark and notify. False when it is not in
-            // progress (any more), so the waiter reads again at once. Only the first waiter
-            // writes; the others find the mark in place.
-            mark_waiting: format!(
-                "WITH m AS (UPDATE {r} SET waiters = TRUE WHERE key = $1 AND status = 0 \
-                       AND NOT waiters AND expires_at > {CLOCK} RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM m) OR EXISTS (SELECT 1 FROM {r} e \
-                   WHERE e.key = $1 AND e.status = 0 AND e.waiters AND e.expires_at > {CLOCK})"
-            ),
-            renew: format!(
-                "UPDATE {r} SET expires_at = {CLOCK} + $3 WHERE key = $1 AND token = $2 AND status = 0"
-            ),
-            get: format!(
-                "SELECT {cols}, {CLOCK} FROM {r} WHERE key = $1 AND expires_at > {CLOCK}"
-            ),
-            // The clock is written inline: `statement_timestamp()` is stable, so the planner
-            // bounds the index scan with it (`Index Cond: expires_at <= …`). Behind a CTE it
-            // could only filter, and a batch that found fewer than `n` expired rows (the last
-            // one of every purge, and every reaper tick on a clean table) walked the whole
-            // index: 1.6 s at 2 M live rows. The rows are deleted by the `ctid` their lock
-            // returned rather than looked up again by key: the lock is held to the delete, so
-            // the tuple cannot move, and a primary-key probe per row is saved (a batch of
-            // 1 000 took 4.5 ms instead of 14).
-            purge: format!(
-                "DELETE FROM {r} WHERE ctid = ANY(ARRAY( \
-                   SELECT e.ctid FROM {r} e WHERE e.expires_at <= {CLOCK} \
-                    ORDER BY e.expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)) \
-                   AND expires_at <= {CLOCK}"
-            ),
-            force_release: format!(
-                "WITH d AS (DELETE FROM {r} WHERE key = $1 RETURNING *) \
-                 SELECT {cols}, {CLOCK}, {} FROM d",
-                notify_expr("d", 2)
-            ),
-        }
-    }
-}
-
 struct Inner {
     pool: PgPool,
     table: Table,
@@ -307,9 +88,7 @@ struct Inner {
     complete_retry: Duration,
 }
 
-/// The PostgreSQL store behind [`Idem::postgres`]. Cheap to clone (clones share one pool).
-///
-/// Keep a clone when you also use the transactional mode ([`tx`]): `let idem = store.idem();`.
+/// The PostgreSQL store behind `Idem::postgres`. Cheap to clone (clones share one pool).
 #[derive(Clone)]
 pub struct PostgresStore {
     inner: Arc<Inner>,
@@ -323,16 +102,44 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// A `sqlx` failure as an `idem::Error` of the postgres store.
+/// A `sqlx` failure as an `idem::Error` of the postgres store, with its kind.
 pub(crate) fn pg_error(op: &'static str, e: sqlx::Error) -> Error {
+    let kind = kind_of(&e);
     match e {
-        sqlx::Error::PoolTimedOut => Error::store(
+        sqlx::Error::PoolTimedOut => Error::store_kind(
             BACKEND,
             op,
+            kind,
             "timed out waiting for a connection: the PostgreSQL server is down or unreachable, \
              or every connection of the pool is busy (see `acquire_timeout`, `max_connections`)",
         ),
-        e => Error::store(BACKEND, op, e),
+        e => Error::store_kind(BACKEND, op, kind, e),
+    }
+}
+
+/// What a `sqlx` failure means, by its class or its SQLSTATE.
+fn kind_of(e: &sqlx::Error) -> StoreErrorKind {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreErrorKind::Unreachable,
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => StoreErrorKind::Corrupt,
+        sqlx::Error::Database(db) => match db.code().as_deref().unwrap_or_default() {
+            "28P01" | "28000" => StoreErrorKind::Authentication,
+            "42501" => StoreErrorKind::Permission,
+            "42P01" | "3F000" => StoreErrorKind::SchemaMissing,
+            "3D000" => StoreErrorKind::DatabaseMissing,
+            "25006" => StoreErrorKind::ReadOnly,
+            "57014" => StoreErrorKind::Timeout,
+            "40001" | "40P01" | "55P03" => StoreErrorKind::Busy,
+            c if c.starts_with("08") || c.starts_with("57P") => StoreErrorKind::Unreachable,
+            c if c.starts_with("53") => StoreErrorKind::Capacity,
+            _ => StoreErrorKind::Query,
+        },
+        _ => StoreErrorKind::Query,
     }
 }
 
@@ -353,7 +160,7 @@ pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
 }
 
 fn corrupt(op: &'static str, what: String) -> Error {
-    Error::store(BACKEND, op, what)
+    Error::store_kind(BACKEND, op, StoreErrorKind::Corrupt, what)
 }
 
 fn digest_of(op: &'static str, what: &str, bytes: Vec<u8>) -> Result<Digest, Error> {
@@ -377,7 +184,7 @@ pub(crate) fn record_from(
 ) -> Result<Record, Error> {
     let get_err = |e: sqlx::Error| pg_error(op, e);
     let status: i16 = row.try_get(at + 3).map_err(get_err)?;
-    let status = Status::from_i16(status).ok_or_else(|| {
+    let status = Status::from_column(status).ok_or_else(|| {
         corrupt(
             op,
             format!(
@@ -432,50 +239,31 @@ where
     )?)))
 }
 
-/// Parses `url` and opens one connection with `options` (for the schema check, before any
-/// pool): a server that is down fails here at once with what the connection said, not after
-/// the pool's acquire timeout.
+/// Opens one connection (for the schema check, before any pool): a server that is down fails
+/// here at once with what the connection said, not after the pool's acquire timeout.
 pub(crate) async fn connect_one(
-    url: &str,
-    options: &PostgresOptions,
-) -> Result<(PgConnectOptions, sqlx::PgConnection), Error> {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(Error::Config(
-            "invalid PostgreSQL URL for idem: it must start with postgres:// or \
-             postgresql:// (postgres://user:password@host:port/database)"
-                .into(),
-        ));
-    }
-    let mut connect = PgConnectOptions::from_str(url).map_err(|e| {
-        Error::Config(format!(
-            "invalid PostgreSQL URL for idem ({e}); expected \
-             postgres://user:password@host:port/database"
-        ))
-    })?;
-    if let Some(app) = &options.application_name {
-        connect = connect.application_name(app);
-    }
-    let conn = tokio::time::timeout(options.acquire_timeout, connect.connect())
+    connect: &PgConnectOptions,
+    timeout: Duration,
+) -> Result<sqlx::PgConnection, Error> {
+    tokio::time::timeout(timeout, connect.connect())
         .await
         .map_err(|_| {
-            Error::store(
+            Error::store_kind(
                 BACKEND,
                 "open",
-                format!(
-                    "no answer from the PostgreSQL server within {:?}",
-                    options.acquire_timeout
-                ),
+                StoreErrorKind::Unreachable,
+                format!("no answer from the PostgreSQL server within {timeout:?}"),
             )
         })?
-        .map_err(|e| pg_error("open", e))?;
-    Ok((connect, conn))
+        .map_err(|e| pg_error("open", e))
 }
 
 /// The error of a claim that found its row hidden [`CLAIM_ATTEMPTS`] times in a row.
 pub(crate) fn claim_exhausted(key: &Digest) -> Error {
-    Error::store(
+    Error::store_kind(
         BACKEND,
         "claim",
+        StoreErrorKind::Busy,
         format!(
             "the key {key} changed under {CLAIM_ATTEMPTS} claims in a row (each saw a row \
              committed after its snapshot); try again"
@@ -486,34 +274,28 @@ pub(crate) fn claim_exhausted(key: &Digest) -> Error {
 impl PostgresStore {
     /// Opens a store on `url` (`postgres://user:password@host:port/database?…`) with the
     /// default options, creating or upgrading the schema.
+    pub async fn connect(url: &str) -> Result<PostgresStore, Error> {
+        PostgresOptions::from_url(url)?.connect().await
+    }
+
+    /// Opens a store on `url` with the default options.
+    #[deprecated(since = "0.2.0", note = "use `PostgresStore::connect`")]
     pub async fn open(url: &str) -> Result<PostgresStore, Error> {
-        Self::open_with(url, PostgresOptions::default()).await
+        Self::connect(url).await
     }
 
-    /// Opens a store on `url` with `options`.
+    /// Opens a store on `url` with `options` (whose own server, if any, is replaced by `url`).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `PostgresOptions::from_url(url)?` with the settings, then `.connect()`"
+    )]
     pub async fn open_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, Error> {
-        let table = Table::parse(&options.table)?;
-        let (connect, mut conn) = connect_one(url, &options).await?;
-        let checked =
-            schema::ensure(&mut conn, &table, options.migrate_on_open, SCHEMA_VERSION).await;
-        let _ = conn.close().await;
-        checked?;
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .min_connections(options.min_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .idle_timeout(options.idle_timeout)
-            .max_lifetime(options.max_lifetime)
-            // One round trip per step: no ping before each use. A dead connection fails its
-            // step with `Error::Store` and is dropped; completions are retried (see
-            // `complete_retry`).
-            .test_before_acquire(false)
-            .connect_lazy_with(connect);
-        Ok(Self::assemble(pool, table, &options))
+        let connect = PostgresOptions::from_url(url)?.connect;
+        PostgresOptions { connect, ..options }.connect().await
     }
 
-    /// A store on the caller's pool (its settings are the caller's; the pool options of
-    /// `options` are ignored). The schema is created or upgraded as `options` says.
+    /// A store on the caller's pool (its settings are the caller's; the server and pool
+    /// options of `options` are ignored). The schema is created or upgraded as `options` says.
     pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<PostgresStore, Error> {
         let table = Table::parse(&options.table)?;
         let mut conn = pool.acquire().await.map_err(|e| pg_error("open", e))?;
@@ -541,20 +323,30 @@ impl PostgresStore {
 
     /// Creates or upgrades the schema to [`SCHEMA_VERSION`], for deployments that manage DDL
     /// themselves (open with `migrate_on_open(false)`, run this from a privileged role).
-    /// Concurrent calls are serialized by an advisory lock. Returns the version it found.
-    pub async fn migrate(&self) -> Result<i32, Error> {
+    /// Concurrent calls are serialized by an advisory lock. Says what it found.
+    pub async fn migrate(&self) -> Result<Migrated, Error> {
         let mut conn = self
             .inner
             .pool
             .acquire()
             .await
             .map_err(|e| pg_error("migrate", e))?;
-        schema::ensure(&mut conn, &self.inner.table, true, SCHEMA_VERSION).await
+        let from = schema::ensure(&mut conn, &self.inner.table, true, SCHEMA_VERSION).await?;
+        Ok(Migrated::new(
+            BACKEND,
+            from,
+            SCHEMA_VERSION,
+            format!("table {}", self.inner.table.display),
+        ))
     }
 
     /// Applies the migrations up to `version` only (for tests of upgrades).
-    #[doc(hidden)]
-    pub async fn migrate_to(pool: &PgPool, table: &str, version: i32) -> Result<i32, Error> {
+    #[cfg(feature = "testkit")]
+    pub async fn migrate_to(
+        pool: &PgPool,
+        table: &str,
+        version: SchemaVersion,
+    ) -> Result<SchemaVersion, Error> {
         let table = Table::parse(table)?;
         let mut conn = pool.acquire().await.map_err(|e| pg_error("migrate", e))?;
         schema::ensure(&mut conn, &table, true, version).await
@@ -567,7 +359,7 @@ impl PostgresStore {
     }
 
     /// The schema version recorded in the database (0 when there is none).
-    pub async fn schema_version(&self) -> Result<i32, Error> {
+    pub async fn schema_version(&self) -> Result<SchemaVersion, Error> {
         let mut conn = self
             .inner
             .pool
@@ -592,14 +384,9 @@ impl PostgresStore {
         self.inner.migrate_on_open
     }
 
-    /// A handle on this store with the default policy (the store is shared, not copied).
-    pub fn idem(&self) -> Idem {
-        Idem::from_store(self.clone())
-    }
-
     /// The SQL text of a step (`"claim"`, `"complete"`, `"release"`, `"renew"`, `"get"`,
     /// `"purge"`), for benchmarks that run the same statements through raw sqlx.
-    #[doc(hidden)]
+    #[cfg(feature = "testkit")]
     pub fn statement_text(&self, step: &str) -> Option<&str> {
         let sql = &self.inner.sql;
         Some(match step {
@@ -617,12 +404,14 @@ impl PostgresStore {
         &self.inner.sql.claim
     }
 
-    pub(crate) fn sql_complete(&self) -> &str {
-        &self.inner.sql.complete
+    /// The completion of the transactional mode, where the row lock is the lease.
+    pub(crate) fn sql_complete_locked(&self) -> &str {
+        &self.inner.sql.complete_locked
     }
 
-    pub(crate) fn sql_release(&self) -> &str {
-        &self.inner.sql.release
+    /// The release of the transactional mode, where the row lock is the lease.
+    pub(crate) fn sql_release_locked(&self) -> &str {
+        &self.inner.sql.release_locked
     }
 
     pub(crate) fn channel(&self) -> &str {
@@ -709,11 +498,7 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
-    fn as_postgres(&self) -> Option<&PostgresStore> {
-        Some(self)
-    }
-
-    fn backend(&self) -> &'static str {
+    fn backend(&self) -> Backend {
         BACKEND
     }
 

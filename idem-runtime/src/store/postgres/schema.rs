@@ -6,12 +6,13 @@
 //! same time never race on DDL: the first applies what is missing, the others wait for it and
 //! then find the schema current.
 
-use crate::error::Error;
-use crate::store::BoxFuture;
+use super::BACKEND;
+use crate::error::{Error, StoreErrorKind};
+use crate::store::{BoxFuture, Migration, SchemaVersion};
 use sqlx::{Connection, PgConnection, Row};
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: SchemaVersion = 3;
 
 /// The advisory lock class for idem migrations (the object id is `hashtext(table)`).
 const LOCK_CLASS: i32 = 0x1de3;
@@ -19,17 +20,6 @@ const LOCK_CLASS: i32 = 0x1de3;
 /// Longest accepted table name part: derived names (`<table>_migrations`, `<table>_expires_idx`)
 /// must stay under PostgreSQL's 63-byte identifier limit.
 const MAX_PART: usize = 48;
-
-/// One schema migration.
-#[derive(Debug, Clone)]
-pub struct Migration {
-    /// The version this migration brings the schema to.
-    pub version: i32,
-    /// What it does.
-    pub description: &'static str,
-    /// The SQL (one or more statements), with the table names filled in.
-    pub sql: String,
-}
 
 /// A validated table name and the names derived from it, each already quoted.
 #[derive(Debug, Clone)]
@@ -62,7 +52,7 @@ impl Table {
         let parts: Vec<&str> = name.split('.').collect();
         let ok = matches!(parts.len(), 1 | 2) && parts.iter().all(|p| valid_part(p));
         if !ok {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "invalid PostgreSQL table name {name:?} for idem: use letters, digits and \
                  underscores (not starting with a digit, at most {MAX_PART} bytes), optionally \
                  qualified by a schema as `schema.table`"
@@ -138,7 +128,7 @@ fn store_err(op: &'static str, e: sqlx::Error) -> Error {
 pub(crate) fn current_version<'a>(
     conn: &'a mut PgConnection,
     t: &'a Table,
-) -> BoxFuture<'a, Result<i32, Error>> {
+) -> BoxFuture<'a, Result<SchemaVersion, Error>> {
     Box::pin(async move {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(&t.migrations)
@@ -156,13 +146,18 @@ pub(crate) fn current_version<'a>(
     })
 }
 
-fn newer(t: &Table, version: i32) -> Error {
-    Error::Config(format!(
-        "the idem table {} is at schema version {version}, newer than this version of idem \
+fn newer(t: &Table, version: SchemaVersion) -> Error {
+    Error::store_kind(
+        BACKEND,
+        "open",
+        StoreErrorKind::SchemaNewer,
+        format!(
+            "the idem table {} is at schema version {version}, newer than this version of idem \
          understands ({SCHEMA_VERSION}); it was upgraded by a newer release: upgrade idem, or \
          point this deployment at another table",
-        t.display
-    ))
+            t.display
+        ),
+    )
 }
 
 /// Checks the schema of `t` and, when `apply`, brings it up to [`SCHEMA_VERSION`]. Refuses a
@@ -171,8 +166,8 @@ pub(crate) fn ensure<'a>(
     conn: &'a mut PgConnection,
     t: &'a Table,
     apply: bool,
-    up_to: i32,
-) -> BoxFuture<'a, Result<i32, Error>> {
+    up_to: SchemaVersion,
+) -> BoxFuture<'a, Result<SchemaVersion, Error>> {
     Box::pin(async move {
         let found = current_version(conn, t).await?;
         if found > SCHEMA_VERSION {
@@ -182,12 +177,31 @@ pub(crate) fn ensure<'a>(
             return Ok(found);
         }
         if !apply {
-            return Err(Error::Config(format!(
-                "the idem table {} is at schema version {found}, this version of idem needs \
-             {SCHEMA_VERSION}: run `PostgresStore::migrate` (or the SQL of \
-             `PostgresStore::migrations`), or open with `migrate_on_open(true)`",
-                t.display
-            )));
+            let (kind, what) = if found == 0 {
+                (
+                    StoreErrorKind::SchemaMissing,
+                    format!("the PostgreSQL database has no idem table {}", t.display),
+                )
+            } else {
+                (
+                    StoreErrorKind::SchemaOutdated,
+                    format!(
+                        "the idem table {} is at schema version {found}, this version of idem \
+                         needs {SCHEMA_VERSION}",
+                        t.display
+                    ),
+                )
+            };
+            return Err(Error::store_kind(
+                BACKEND,
+                "open",
+                kind,
+                format!(
+                    "{what}: run the migrations (`PostgresOptions::migrate`, or the SQL of \
+                     `PostgresStore::migrations`) from a role that may create tables, or open \
+                     with `migrate_on_open(true)`"
+                ),
+            ));
         }
         let who = whoami(conn).await;
         let mut tx = conn.begin().await.map_err(|e| store_err("migrate", e))?;
@@ -255,14 +269,15 @@ fn run_ddl<'a>(
                         "the table's schema".to_string(),
                     ),
                 };
-                Err(Error::store(
-                    "postgres",
+                Err(Error::store_kind(
+                    BACKEND,
                     "migrate",
+                    StoreErrorKind::Permission,
                     format!(
                     "cannot create the idem table {}: {message} (SQLSTATE 42501): {role} lacks \
                      the CREATE privilege on {schema}. Grant it (`GRANT CREATE ON SCHEMA ...`), \
                      or let a privileged role create the schema first with \
-                     `PostgresStore::migrate` or the SQL of `PostgresStore::migrations` \
+                     `PostgresOptions::migrate` or the SQL of `PostgresStore::migrations` \
                      (see docs/postgres.md)",
                     t.display
                 ),

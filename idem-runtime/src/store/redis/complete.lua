@@ -1,15 +1,17 @@
 #!lua
 -- idem complete. KEYS[1] = record hash; ARGV = token, value, ttl_ms.
--- Returns 1 when the record was in progress with this token and is now completed (kept until
--- now + ttl), 2 when it is already completed with this token (this call retried after a lost
--- reply), 0 otherwise (taken over, released, lapsed): nothing changed.
+-- Returns 1 when this token held the record (in progress with it, live; protocol::holds) and
+-- it is now completed (kept until now + ttl), 2 when it is already completed with this token
+-- (this call retried after a lost reply), 0 otherwise (taken over, released, lapsed): nothing
+-- changed.
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'status', 'token', 'waiters')
+local cur = redis.call('HMGET', key, 'status', 'token', 'waiters', 'expires_at')
 if cur[2] ~= ARGV[1] then return 0 end
 if cur[1] == '1' then return 2 end
 if cur[1] ~= '0' then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not (now < tonumber(cur[4])) then return 0 end
 local exp = string.format('%.0f', now + tonumber(ARGV[3]))
 redis.call('HSET', key, 'status', '1', 'value', ARGV[2], 'expires_at', exp)
 redis.call('PEXPIREAT', key, exp)

@@ -1,14 +1,16 @@
 #!lua
 -- idem force_release. KEYS[1] = record hash.
--- Deletes the record whatever its state. Returns it as `get` does when it was live, else nil.
+-- Ends the live record whatever its state, as release.lua does (status 2, its token kept for
+-- 1 s), and returns it as it was, as `get` does. Returns nil, changing nothing, when the key
+-- has no live record.
 local key = KEYS[1]
 local r = redis.call('HMGET', key, 'status', 'token', 'fingerprint', 'value', 'name',
   'created_at', 'expires_at')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('DEL', key) == 0 then return false end
+if not ((r[1] == '0' or r[1] == '1') and now < tonumber(r[7])) then return false end
+redis.call('HSET', key, 'status', '2', 'expires_at', string.format('%.0f', now))
+redis.call('HDEL', key, 'value', 'waiters')
+redis.call('PEXPIRE', key, 1000)
 redis.call('PUBLISH', key, 'released')
-if (r[1] == '0' or r[1] == '1') and now < tonumber(r[7]) then
-  return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], string.format('%.0f', now)}
-end
-return false
+return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], string.format('%.0f', now)}

@@ -1,13 +1,14 @@
-//! The operator's queries on the Redis store ([`crate::admin`]): a `SCAN` over the store's
-//! key prefix (`<prefix>:v1:{*`, hashes only), 1,000 keys per round trip, with one pipelined
+//! The operator's queries on the Redis store ([`Inspect`]): a `SCAN` over the store's
+//! key prefix (on every primary of a cluster) (`<prefix>:v1:{*`, hashes only), 1,000 keys per round trip, with one pipelined
 //! `HMGET` + `HSTRLEN` per batch, never a `KEYS` that would block the server. The server's
 //! clock (`TIME`) decides what is live, as in the scripts. Values themselves are not read.
 
 use super::{as_bytes, as_i64, as_u64, store_err, RedisStore};
-use crate::admin::{count_states, finish_listing, Filter, Inspect, KeyInfo, Stat, State};
 use crate::error::Error;
 use crate::key::Digest;
-use crate::store::{BoxFuture, Status};
+use crate::store::{
+    count_states, finish_listing, BoxFuture, Filter, Inspect, KeyInfo, Stat, State, Status,
+};
 use ::redis::Value;
 
 /// Keys asked for per `SCAN` round trip.
@@ -27,48 +28,62 @@ impl RedisStore {
             .map_err(|e| store_err(op, e))?;
         let now = secs * 1000 + micros / 1000;
         let pattern = format!("{}*", self.key_head);
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash")
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| store_err(op, e))?;
-            if !keys.is_empty() {
-                let mut pipe = ::redis::pipe();
-                for k in &keys {
-                    pipe.cmd("HMGET").arg(k).arg(&[
-                        "status",
-                        "token",
-                        "fingerprint",
-                        "name",
-                        "created_at",
-                        "expires_at",
-                    ]);
-                    pipe.cmd("HSTRLEN").arg(k).arg("value");
-                }
-                let replies: Vec<Value> = pipe
-                    .query_async(&mut conn)
+        // A cluster's keys are spread over its primaries: each is scanned in turn.
+        let primaries = conn.primaries().await.map_err(|e| store_err(op, e))?;
+        let nodes: Vec<Option<&(String, u16)>> = match &primaries {
+            Some(nodes) => nodes.iter().map(Some).collect(),
+            None => vec![None],
+        };
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = ::redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg("hash");
+                let reply = conn
+                    .on_node(node, &scan)
                     .await
                     .map_err(|e| store_err(op, e))?;
-                for (k, reply) in keys.iter().zip(replies.chunks(2)) {
-                    // A key that expired between the SCAN and the HMGET reads as all nil.
-                    if let Some(info) = self.key_info(k, reply, now) {
-                        each(info);
+                let (next, keys): (u64, Vec<String>) =
+                    ::redis::FromRedisValue::from_redis_value(&reply)
+                        .map_err(|e| store_err(op, e))?;
+                if !keys.is_empty() {
+                    // The keys of one scan live on its node, so the pipeline goes there whole.
+                    let mut pipe = ::redis::pipe();
+                    for k in &keys {
+                        pipe.cmd("HMGET").arg(k).arg(&[
+                            "status",
+                            "token",
+                            "fingerprint",
+                            "name",
+                            "created_at",
+                            "expires_at",
+                        ]);
+                        pipe.cmd("HSTRLEN").arg(k).arg("value");
+                    }
+                    let replies: Vec<Value> = conn
+                        .pipeline_on_node(node, &pipe, keys.len() * 2)
+                        .await
+                        .map_err(|e| store_err(op, e))?;
+                    for (k, reply) in keys.iter().zip(replies.chunks(2)) {
+                        // A key that expired between the SCAN and the HMGET reads as all nil.
+                        if let Some(info) = self.key_info(k, reply, now) {
+                            each(info);
+                        }
                     }
                 }
-            }
-            cursor = next;
-            if cursor == 0 {
-                return Ok(());
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
+        Ok(())
     }
 
     /// A record from its Redis key and `[HMGET fields, HSTRLEN value]`; `None` for a key that

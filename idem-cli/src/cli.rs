@@ -1,0 +1,153 @@
+//! The command line as clap sees it: the global options, the commands and their arguments.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::time::Duration;
+
+/// What `idem --help` ends with.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  1  not found: no live record for that key (nothing to show or release)
+  2  usage or configuration error: bad arguments, a URL that does not parse, an unknown scheme
+  3  refused: `release` of a live record without --force (nothing was changed)
+  4  store error: cannot connect, authentication failed, permission denied, a query failed
+  5  schema missing or out of date: run `idem migrate`
+
+The store URL comes from --url or IDEM_URL: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE,
+redis://HOST:PORT/. With --json every command prints one JSON document on stdout (errors too,
+as {\"error\": {...}}); messages for people always go to stderr.";
+
+/// Find, inspect, release and purge idempotency keys in an idem store.
+#[derive(Parser, Debug)]
+#[command(name = "idem", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    /// The store: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE or redis://HOST:PORT/
+    #[arg(long, env = "IDEM_URL", global = true, hide_env_values = true)]
+    pub(crate) url: Option<String>,
+    /// The SQL table (default: idem_records; a SQLite file written by idem 0.1 keeps its idem_keys)
+    #[arg(long, env = "IDEM_TABLE", global = true)]
+    pub(crate) table: Option<String>,
+    /// The Redis key prefix (default: idem)
+    #[arg(long, env = "IDEM_REDIS_PREFIX", global = true)]
+    pub(crate) prefix: Option<String>,
+    /// Print one JSON document on stdout instead of tables
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Create or upgrade the schema (SQLite: creates the file too; Redis: nothing to do)
+    Migrate,
+    /// Show the record of one key: status, age, lease or TTL left, token, result
+    Show {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Also print the stored result
+        #[arg(long)]
+        value: bool,
+    },
+    /// List live records, oldest claim first
+    List {
+        /// Only this namespace (the `name = …` of the function, by default its name)
+        #[arg(long)]
+        name: Option<String>,
+        /// Only records in this state
+        #[arg(long, value_enum)]
+        status: Option<StatusArg>,
+        /// Only records claimed at least this long ago: 30s, 10m, 2h, 1d
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Option<Duration>,
+        /// At most this many records
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Free a stuck key (refuses a live record unless --force) and say what was done
+    Release {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Delete the record even though it is live: an in-progress claim (check first that
+        /// no process still runs it) or a completed result (the next call runs the body again)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete records that are no longer live, in batches
+    Purge {
+        /// Delete expired records (the only kind `purge` deletes; required so that a bare
+        /// `idem purge` does nothing by accident)
+        #[arg(long, required = true)]
+        expired: bool,
+        /// Records deleted per statement
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// Count records by namespace and state
+    Stats,
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Command::Migrate => "migrate",
+            Command::Show { .. } => "show",
+            Command::List { .. } => "list",
+            Command::Release { .. } => "release",
+            Command::Purge { .. } => "purge",
+            Command::Stats => "stats",
+        }
+    }
+}
+
+/// Which key: NAME and KEY as the runtime derives its digest, or the digest itself (with NAME,
+/// the record must be in that namespace).
+#[derive(Args, Debug)]
+pub(crate) struct KeyArgs {
+    /// The namespace: `name = …` of `#[idempotent]`, or the function's name. With --digest it is
+    /// optional, and checked against the record's
+    #[arg(required_unless_present = "digest")]
+    pub(crate) name: Option<String>,
+    /// The key as a string: the same digest as a call made with `.key("KEY")` or
+    /// `key = order_id` where order_id is a String / &str holding KEY
+    #[arg(required_unless_present_any = ["digest", "json_key"], conflicts_with = "json_key")]
+    pub(crate) key: Option<String>,
+    /// The key as JSON, for structured keys: numbers, strings, booleans, arrays, tuples and
+    /// structs (as objects). Not for keys holding an Option, an enum or a map with non-string
+    /// keys: those encode differently from their JSON
+    #[arg(long, value_name = "JSON")]
+    pub(crate) json_key: Option<String>,
+    /// The scope, as a string (`scope = …`, `.scope("S")`)
+    #[arg(long, conflicts_with = "json_scope")]
+    pub(crate) scope: Option<String>,
+    /// The scope as JSON (same rules as --json-key)
+    #[arg(long, value_name = "JSON")]
+    pub(crate) json_scope: Option<String>,
+    /// The key's digest (64 hex digits, as `idem list` prints it) instead of KEY
+    #[arg(long, value_name = "HEX", conflicts_with_all = ["key", "json_key", "scope", "json_scope"])]
+    pub(crate) digest: Option<String>,
+}
+
+/// `--status`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum StatusArg {
+    InProgress,
+    Completed,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    idem::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

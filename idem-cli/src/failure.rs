@@ -1,0 +1,160 @@
+//! Failures: each with its exit code, the kind a script matches on (`--json`), and a message
+//! that says what to do. A store failure is explained from its typed kind and backend.
+
+use idem::store::Backend;
+use idem::{ErrorKind, StoreErrorKind};
+
+/// Exit code: no live record for that key.
+pub(crate) const NOT_FOUND: u8 = 1;
+/// Exit code: bad arguments or configuration.
+pub(crate) const USAGE: u8 = 2;
+/// Exit code: `release` of a live record without `--force`.
+pub(crate) const REFUSED: u8 = 3;
+/// Exit code: the store failed.
+pub(crate) const STORE: u8 = 4;
+/// Exit code: the schema is missing, out of date or newer than this tool.
+pub(crate) const SCHEMA: u8 = 5;
+
+/// A failure, with the exit code it maps to.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) kind: &'static str,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, kind: &'static str, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A usage error (exit code 2).
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Failure::new(USAGE, "usage", message)
+    }
+
+    /// No live record (exit code 1).
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Failure::new(NOT_FOUND, "not-found", message)
+    }
+}
+
+/// Where a failure happened: what a hint needs to name the fix.
+pub(crate) struct Situation<'a> {
+    /// The store URL as given (only ever shown redacted).
+    pub(crate) url: &'a str,
+    /// The table, when `--table` named one.
+    pub(crate) table: Option<&'a str>,
+    /// The command that ran (`show`, `release`, …).
+    pub(crate) command: &'static str,
+}
+
+impl Situation<'_> {
+    /// An `idem::Error` as a failure whose message says what to do.
+    pub(crate) fn failure(&self, e: idem::Error) -> Failure {
+        match (e.kind(), e) {
+            (_, idem::Error::Config(m)) => Failure::new(USAGE, "config", m),
+            (ErrorKind::Store(kind), idem::Error::Store(s)) => {
+                let text = s.to_string();
+                let code = match kind {
+                    k if k.is_schema() => SCHEMA,
+                    // `idem migrate` creates a SQLite file; a server's database is the DBA's.
+                    StoreErrorKind::DatabaseMissing if s.backend == Backend::Sqlite => SCHEMA,
+                    _ => STORE,
+                };
+                let kind_name = if code == SCHEMA { "schema" } else { "store" };
+                match self.hint(kind, s.backend) {
+                    Some(hint) => Failure::new(code, kind_name, format!("{text}\n  {hint}")),
+                    None => Failure::new(code, kind_name, text),
+                }
+            }
+            (_, other) => Failure::new(STORE, "store", other.to_string()),
+        }
+    }
+
+    /// What to do about a store failure of `kind`, when we can tell.
+    fn hint(&self, kind: StoreErrorKind, backend: Backend) -> Option<String> {
+        let table = self.table.unwrap_or(idem::store::DEFAULT_TABLE);
+        Some(match kind {
+            StoreErrorKind::Unreachable => format!(
+                "cannot reach the server of {}: is it running, and are host and port right?",
+                redact(self.url)
+            ),
+            StoreErrorKind::Permission if backend == Backend::Postgres => {
+                let privileges = match self.command {
+                    // A release ends the record (an UPDATE that keeps its token); a purge
+                    // deletes.
+                    "release" => "SELECT and UPDATE",
+                    "purge" => "SELECT and DELETE",
+                    _ => "SELECT",
+                };
+                let role = url_user(self.url).unwrap_or_else(|| "YOUR_ROLE".into());
+                format!(
+                    "permission denied: `idem {}` needs the {privileges} privilege on the idem \
+                     table and SELECT on its version table; as the table's owner run: GRANT {} \
+                     ON {table} TO {role}; GRANT SELECT ON {table}_migrations TO {role};",
+                    self.command,
+                    privileges.replace(" and", ","),
+                )
+            }
+            StoreErrorKind::SchemaMissing | StoreErrorKind::SchemaOutdated => {
+                "the idem table is missing or out of date: run `idem migrate`".into()
+            }
+            StoreErrorKind::SchemaNewer => {
+                "a newer idem upgraded this schema: upgrade the idem tool".into()
+            }
+            StoreErrorKind::DatabaseMissing if backend == Backend::Sqlite => {
+                "create it with `idem migrate`".into()
+            }
+            StoreErrorKind::DatabaseMissing => "the database in the URL does not exist: check \
+                 its name (the part after the last /)"
+                .into(),
+            StoreErrorKind::Authentication => {
+                "authentication failed: check the user and password in the URL".into()
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// The URL with its password hidden, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((u, _)) => format!("{scheme}://{u}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// The user of a `scheme://user[:password]@host/...` URL.
+fn url_user(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let userinfo = rest.split_once('@')?.0;
+    let user = userinfo.split(':').next()?;
+    (!user.is_empty()).then(|| user.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_redacted_and_users_found() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        assert_eq!(url_user("postgres://app:pw@h/d").as_deref(), Some("app"));
+        assert_eq!(url_user("postgres://h/d"), None);
+    }
+}

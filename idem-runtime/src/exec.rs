@@ -1,0 +1,151 @@
+//! How a call's store steps are executed: the engine (call.rs) decides what a call does; an
+//! executor carries out its claim, completion and release.
+//!
+//! There are two, chosen per call — as sqlx runs one query on a pool or on a transaction's
+//! connection, an enum rather than a trait because the set is closed and the engine stays one
+//! monomorphic path:
+//!
+//! * [`Exec::Store`], the default: each step is one atomic operation of the handle's store, and
+//!   the claim lives under a lease that the engine renews while the body runs and while its
+//!   result is being stored (lease.rs).
+//! * [`Exec::Transaction`] (feature `postgres`) and [`Exec::MysqlTransaction`] (feature
+//!   `mysql`): the same statements on the caller's transaction, so the claim and the result
+//!   commit or roll back with the caller's writes. The row lock is the lease: nothing renews
+//!   it and nothing can take the key over midway.
+
+use crate::error::Error;
+use crate::key::Digest;
+use crate::observe::KeyPrefix;
+use crate::store::{Claim, ClaimOutcome, Complete, Store};
+
+/// Where a call's claim, completion and release run.
+// Named by `InTransaction`'s hidden method (so `pub`); without a transactional store it is
+// the engine's alone.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql")),
+    allow(unreachable_pub)
+)]
+pub enum Exec<'a> {
+    /// On the handle's store, under a renewed lease.
+    Store(&'a dyn Store),
+    /// Inside the caller's PostgreSQL transaction, on its connection.
+    #[cfg(feature = "postgres")]
+    Transaction {
+        store: &'a crate::store::postgres::PostgresStore,
+        conn: &'a mut sqlx::PgConnection,
+    },
+    /// Inside the caller's MySQL transaction, on its connection.
+    #[cfg(feature = "mysql")]
+    MysqlTransaction {
+        store: &'a crate::store::mysql::MysqlStore,
+        conn: &'a mut sqlx::MySqlConnection,
+    },
+}
+
+impl std::fmt::Debug for Exec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exec::Store(_) => "Exec::Store",
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { .. } => "Exec::Transaction",
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { .. } => "Exec::MysqlTransaction",
+        })
+    }
+}
+
+impl<'a> Exec<'a> {
+    /// The backend, for traces and metrics.
+    pub(crate) fn backend(&self) -> crate::store::Backend {
+        match self {
+            Exec::Store(store) => store.backend(),
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { store, .. } => store.backend(),
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { store, .. } => store.backend(),
+        }
+    }
+
+    /// The store whose lease the engine renews and whose records a duplicate waits on; `None`
+    /// in a transaction, where a duplicate already waits on the row lock.
+    pub(crate) fn leased(&self) -> Option<&'a dyn Store> {
+        match self {
+            Exec::Store(store) => Some(*store),
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { .. } => None,
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { .. } => None,
+        }
+    }
+
+    pub(crate) async fn claim(&mut self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
+        match self {
+            Exec::Store(store) => store.claim(claim).await,
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { store, conn } => {
+                crate::store::postgres::tx::claim(store, conn, claim).await
+            }
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { store, conn } => {
+                crate::store::mysql::tx::claim(store, conn, claim).await
+            }
+        }
+    }
+
+    /// `Ok(false)`: the record no longer holds this token (fencing).
+    pub(crate) async fn complete(&mut self, done: Complete<'_>) -> Result<bool, Error> {
+        match self {
+            Exec::Store(store) => store.complete(done).await,
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { store, conn } => {
+                crate::store::postgres::tx::complete(store, conn, done).await
+            }
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { store, conn } => {
+                crate::store::mysql::tx::complete(store, conn, done).await
+            }
+        }
+    }
+
+    /// Frees the key. A failure is logged, not returned: the caller's own error (or panic)
+    /// matters more, and the claim goes anyway (it lapses after its lease; a transaction's
+    /// rollback removes it).
+    pub(crate) async fn release(&mut self, name: &str, key: &Digest, token: u64) {
+        let released = match self {
+            Exec::Store(store) => store.release(key, token).await,
+            #[cfg(feature = "postgres")]
+            Exec::Transaction { store, conn } => {
+                match crate::store::postgres::tx::release(store, conn, key, token).await {
+                    // The body's own failed statement aborted the transaction: expected.
+                    Err(e) => {
+                        tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,
+                            "idem: release in the transaction failed; rolling back removes the claim");
+                        return;
+                    }
+                    done => done,
+                }
+            }
+            #[cfg(feature = "mysql")]
+            Exec::MysqlTransaction { store, conn } => {
+                match crate::store::mysql::tx::release(store, conn, key, token).await {
+                    // A deadlock in the body's own statements rolled the transaction back.
+                    Err(e) => {
+                        tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,
+                            "idem: release in the transaction failed; rolling back removes the claim");
+                        return;
+                    }
+                    done => done,
+                }
+            }
+        };
+        match released {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, "idem: release found the key taken over")
+            }
+            Err(e) => {
+                tracing::warn!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e, "idem: release failed; the key lapses after its lease")
+            }
+        }
+    }
+}

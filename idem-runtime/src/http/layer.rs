@@ -1,0 +1,224 @@
+//! The tower layer: its configuration, the principal that scopes keys, and which responses
+//! are stored.
+
+use super::service::IdempotencyService;
+use crate::policy::OnError;
+use crate::Idem;
+use http::request::Parts as RequestParts;
+use http::{Method, StatusCode};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The authenticated principal of a request: insert it as a request extension in the
+/// authentication middleware (outside the layer); the layer scopes keys by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
+impl Principal {
+    /// The principal identified by `id` (a user id, an API key's id, a tenant): the scope of
+    /// its requests' keys.
+    pub fn new(id: impl Into<String>) -> Principal {
+        Principal(id.into())
+    }
+}
+
+type ScopeFn = dyn Fn(&RequestParts) -> Option<String> + Send + Sync;
+type StoreIfFn = dyn Fn(StatusCode) -> OnError + Send + Sync;
+
+/// The default policy of which responses are stored: [`OnError::Keep`] (stored and replayed)
+/// for 1xx–4xx except `408 Request Timeout`, `409 Conflict`, `425 Too Early` and
+/// `429 Too Many Requests`; [`OnError::Release`] (the key is freed, a retry runs again) for
+/// those and every 5xx.
+pub fn store_policy(status: StatusCode) -> OnError {
+    match status.as_u16() {
+        408 | 409 | 425 | 429 => OnError::Release,
+        s if s >= 500 => OnError::Release,
+        _ => OnError::Keep,
+    }
+}
+
+/// What a layer was configured with, shared by the services it makes.
+#[derive(Clone)]
+pub(super) struct Config {
+    pub(super) idem: Idem,
+    pub(super) name: Cow<'static, str>,
+    pub(super) methods: Vec<Method>,
+    pub(super) key_required: bool,
+    pub(super) body_limit: usize,
+    pub(super) ttl: Option<Duration>,
+    pub(super) lease: Option<Duration>,
+    pub(super) wait: Option<Duration>,
+    pub(super) retry_after: Duration,
+    pub(super) scope: Arc<ScopeFn>,
+    pub(super) allow_anonymous: bool,
+    pub(super) store_if: Arc<StoreIfFn>,
+}
+
+/// A tower layer that makes the axum routes it wraps idempotent by their `Idempotency-Key`.
+/// See [`idem::http::axum`](super::axum) for what it does.
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    config: Arc<Config>,
+}
+
+impl std::fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.config;
+        f.debug_struct("IdempotencyLayer")
+            .field("name", &c.name)
+            .field("methods", &c.methods)
+            .field("key_required", &c.key_required)
+            .field("body_limit", &c.body_limit)
+            .field("ttl", &c.ttl)
+            .field("lease", &c.lease)
+            .field("wait", &c.wait)
+            .field("allow_anonymous", &c.allow_anonymous)
+            .finish_non_exhaustive()
+    }
+}
+
+fn principal_scope(parts: &RequestParts) -> Option<String> {
+    parts.extensions.get::<Principal>().map(|p| p.0.clone())
+}
+
+impl IdempotencyLayer {
+    /// A layer on `idem` with the defaults: namespace `"http"`, `POST` and `PATCH`, key
+    /// required, body limit 1 MiB, the handle's ttl and lease, no wait (a duplicate in flight
+    /// gets a 409 with `Retry-After: 1`), scope from the [`Principal`] extension, anonymous
+    /// requests refused, [`store_policy`].
+    pub fn new(idem: Idem) -> IdempotencyLayer {
+        IdempotencyLayer {
+            config: Arc::new(Config {
+                idem,
+                name: Cow::Borrowed("http"),
+                methods: vec![Method::POST, Method::PATCH],
+                key_required: true,
+                body_limit: 1 << 20,
+                ttl: None,
+                lease: None,
+                wait: None,
+                retry_after: Duration::from_secs(1),
+                scope: Arc::new(principal_scope),
+                allow_anonymous: false,
+                store_if: Arc::new(store_policy),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The namespace of the keys (default `"http"`). Two layers with different names never
+    /// share keys; two with the same name share them (the fingerprint still tells routes
+    /// apart: a key reused on another route is a 422).
+    pub fn name(self, name: impl Into<Cow<'static, str>>) -> Self {
+        let name = name.into();
+        self.with(|c| c.name = name)
+    }
+
+    /// The methods the layer applies to (default `POST` and `PATCH`); others pass through.
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.with(|c| c.methods = methods)
+    }
+
+    /// Lets a request without `Idempotency-Key` pass through, unprotected (the default
+    /// refuses it with a 400). A malformed key is refused either way.
+    pub fn optional_key(self) -> Self {
+        self.with(|c| c.key_required = false)
+    }
+
+    /// Whether a request without `Idempotency-Key` is refused with a 400 (`true`, the
+    /// default) or passes through unprotected (`false`).
+    pub fn require_key(self, required: bool) -> Self {
+        self.with(|c| c.key_required = required)
+    }
+
+    /// The largest request body read, in bytes (default 1 MiB); above it: 413.
+    pub fn body_limit(self, bytes: usize) -> Self {
+        self.with(|c| c.body_limit = bytes)
+    }
+
+    /// How long a stored response is replayed (default: the handle's ttl, 24 h).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|c| c.ttl = Some(ttl))
+    }
+
+    /// How long a request's claim lives without renewal (default: the handle's lease, 30 s);
+    /// renewed while the handler runs.
+    pub fn lease(self, lease: Duration) -> Self {
+        self.with(|c| c.lease = Some(lease))
+    }
+
+    /// A duplicate of a request in flight waits up to `wait` for it and gets its response,
+    /// instead of a 409 at once.
+    pub fn wait(self, wait: Duration) -> Self {
+        self.with(|c| c.wait = Some(wait))
+    }
+
+    /// The `Retry-After` of a 503 (the store failed), and of a 409 whose error carries no hint
+    /// (default 1 s, rounded up to whole seconds). A 409 otherwise says what the function error
+    /// says, [`Error::retry_after`](crate::Error::retry_after): one rule for both.
+    pub fn retry_after(self, retry_after: Duration) -> Self {
+        self.with(|c| c.retry_after = retry_after)
+    }
+
+    /// Where the scope of a request comes from (default: its [`Principal`] extension). `None`
+    /// is an anonymous request; see [`IdempotencyLayer::allow_anonymous`].
+    pub fn scope_with(
+        self,
+        scope: impl Fn(&RequestParts) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        let scope: Arc<ScopeFn> = Arc::new(scope);
+        self.with(|c| c.scope = scope)
+    }
+
+    /// Whether requests without a principal share one anonymous scope (`true`) or are refused
+    /// with a 500 [`problem::PRINCIPAL_MISSING`](super::problem::PRINCIPAL_MISSING) (`false`, the default, so that a missing or
+    /// misplaced authentication middleware can never let users replay each other's responses).
+    pub fn allow_anonymous(self, allow: bool) -> Self {
+        self.with(|c| c.allow_anonymous = allow)
+    }
+
+    /// Which responses are stored: [`OnError::Keep`] stores the response and replays it,
+    /// [`OnError::Release`] frees the key so that a retry runs the handler again (default:
+    /// [`store_policy`]).
+    pub fn store_if(self, policy: impl Fn(StatusCode) -> OnError + Send + Sync + 'static) -> Self {
+        let policy: Arc<StoreIfFn> = Arc::new(policy);
+        self.with(|c| c.store_if = policy)
+    }
+}
+
+impl<S> tower_layer::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::new(inner, self.config.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy() {
+        for s in [200, 201, 204, 303, 400, 404, 422] {
+            assert_eq!(
+                store_policy(StatusCode::from_u16(s).unwrap()),
+                OnError::Keep,
+                "{s}"
+            );
+        }
+        for s in [408, 409, 425, 429, 500, 502, 503] {
+            assert_eq!(
+                store_policy(StatusCode::from_u16(s).unwrap()),
+                OnError::Release,
+                "{s}"
+            );
+        }
+    }
+}

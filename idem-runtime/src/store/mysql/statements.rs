@@ -1,0 +1,120 @@
+//! The statements of one table, built once at open (the table name is configurable).
+//!
+//! Every time is the server's, one instant per statement (MySQL evaluates its time functions
+//! once, when the statement starts): [`CLOCK`], milliseconds since the Unix epoch.
+
+use super::schema::Table;
+
+/// The server's clock in milliseconds since the Unix epoch. `UTC_TIMESTAMP(3)` rather than
+/// `UNIX_TIMESTAMP(NOW(3))`: the latter goes through the session's time zone and back, which
+/// is ambiguous for the repeated hour when a zone leaves daylight saving time.
+pub(crate) const CLOCK: &str =
+    "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000 AS SIGNED)";
+
+/// The columns of a record as [`super::record_from`] decodes them (the clock is appended).
+const COLUMNS: &str =
+    "`name`, `fingerprint`, `token`, `status`, `value`, `created_at`, `expires_at`";
+
+/// The statements of one table.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) claim: String,
+    pub(crate) get: String,
+    pub(crate) get_for_update: String,
+    pub(crate) complete: String,
+    pub(crate) complete_again: String,
+    pub(crate) release: String,
+    pub(crate) complete_locked: String,
+    pub(crate) release_locked: String,
+    pub(crate) renew: String,
+    pub(crate) purge: String,
+    pub(crate) force_select: String,
+    pub(crate) end: String,
+}
+
+impl Sql {
+    pub(crate) fn new(t: &Table) -> Sql {
+        let r = &t.records;
+        let lapsed = format!("`expires_at` <= {CLOCK}");
+        // `protocol::holds`: the token holds a row in progress with it that is live.
+        let locked = "`key` = ? AND `token` = ? AND `status` = 0";
+        let holds = format!("{locked} AND `expires_at` > {CLOCK}");
+        let complete = |cond: &str| {
+            format!(
+                "UPDATE {r} SET `status` = 1, `value` = ?, `expires_at` = {CLOCK} + ? WHERE {cond}"
+            )
+        };
+        // A release ends the row (`protocol::ended_at`) rather than deleting it: its token
+        // stays, for the next claim to pass.
+        let release = |cond: &str| format!("UPDATE {r} SET `expires_at` = {CLOCK} WHERE {cond}");
+        let get = format!(
+            "SELECT {COLUMNS}, {CLOCK} FROM {r} WHERE `key` = ? AND `expires_at` > {CLOCK}"
+        );
+        Sql {
+            // Parameters: key, name, fingerprint, lease, then name, fingerprint, lease again
+            // (MySQL 8 deprecates `VALUES(col)` in this clause, MariaDB lacks the row alias
+            // that replaces it).
+            //
+            // A missing key is inserted. An existing row takes the `ON DUPLICATE KEY UPDATE`
+            // branch under an exclusive row lock, where every column keeps its value unless the
+            // row is no longer live; `expires_at` is assigned last because MySQL evaluates the
+            // assignments in order and later ones see the earlier ones' results.
+            //
+            // The outcome travels in the OK packet's insert id, which `LAST_INSERT_ID(expr)`
+            // sets for the client: the new fencing token when the row was inserted or taken
+            // over, 0 when a live row was left alone. (The affected-row count cannot tell an
+            // insert from an untouched row: sqlx connects with CLIENT_FOUND_ROWS, which counts
+            // both as 1.)
+            claim: format!(
+                "INSERT INTO {r} \
+                   (`key`, `name`, `fingerprint`, `token`, `status`, `value`, `created_at`, `expires_at`) \
+                 VALUES (?, ?, ?, LAST_INSERT_ID({CLOCK} * 1000), 0, NULL, {CLOCK}, {CLOCK} + ?) \
+                 ON DUPLICATE KEY UPDATE \
+                   `token` = IF({lapsed}, LAST_INSERT_ID(GREATEST(`token` + 1, {CLOCK} * 1000)), \
+                                `token` + LAST_INSERT_ID(0)), \
+                   `name` = IF({lapsed}, ?, `name`), \
+                   `fingerprint` = IF({lapsed}, ?, `fingerprint`), \
+                   `status` = IF({lapsed}, 0, `status`), \
+                   `value` = IF({lapsed}, NULL, `value`), \
+                   `created_at` = IF({lapsed}, {CLOCK}, `created_at`), \
+                   `expires_at` = IF({lapsed}, {CLOCK} + ?, `expires_at`)"
+            ),
+            // Inside a caller's transaction the claim's read must see the row the upsert just
+            // locked, not the transaction's older snapshot: a locking read sees the latest
+            // version (and the lock is the upsert's already).
+            get_for_update: format!("{get} FOR UPDATE"),
+            get,
+            complete: complete(&holds),
+            // In the transactional mode the row lock is the lease (see `crate::transaction`):
+            // no other attempt can end or take over the row while the transaction is open, so a
+            // body that outlasts the lease still completes.
+            complete_locked: complete(locked),
+            // After a lost connection: the first attempt may have landed; only this attempt
+            // holds this token, so a completed record with it is our own completion.
+            complete_again: format!(
+                "UPDATE {r} SET `status` = 1, `value` = ?, `expires_at` = {CLOCK} + ? \
+                 WHERE `key` = ? AND `token` = ? \
+                   AND (`status` = 1 OR (`status` = 0 AND `expires_at` > {CLOCK}))"
+            ),
+            release: release(&holds),
+            release_locked: release(locked),
+            // Affected rows count matched rows (CLIENT_FOUND_ROWS), so a renewal within the
+            // lease's millisecond still answers 1.
+            renew: format!("UPDATE {r} SET `expires_at` = {CLOCK} + ? WHERE {holds}"),
+            // Oldest first along the expiry index, bounded; the condition is checked on the
+            // latest version of each row, so a record taken over meanwhile is spared. Strictly
+            // before now (`protocol::may_forget`): a row that ended this millisecond keeps its
+            // token for claims in it.
+            purge: format!(
+                "DELETE FROM {r} WHERE `expires_at` < {CLOCK} ORDER BY `expires_at` LIMIT ?"
+            ),
+            // An operator's forced release: the live row whatever its state, locked until it
+            // is ended in the same transaction (ended, not deleted: its token stays).
+            force_select: format!(
+                "SELECT {COLUMNS}, {CLOCK} FROM {r} \
+                 WHERE `key` = ? AND `expires_at` > {CLOCK} FOR UPDATE"
+            ),
+            end: format!("UPDATE {r} SET `expires_at` = {CLOCK} WHERE `key` = ?"),
+        }
+    }
+}

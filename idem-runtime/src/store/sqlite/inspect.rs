@@ -1,0 +1,65 @@
+//! The operator's queries on the SQLite store ([`Inspect`]): one statement each.
+
+use super::{err, record, sqlx_error, SqliteStore, BACKEND};
+use crate::error::{Error, StoreErrorKind};
+use crate::key::Digest;
+use crate::store::{local_now_ms, BoxFuture, Filter, Inspect, KeyInfo, Stat, State};
+use sqlx::Row;
+
+fn corrupt(op: &'static str, what: String) -> Error {
+    Error::store_kind(BACKEND, op, StoreErrorKind::Corrupt, what)
+}
+
+impl Inspect for SqliteStore {
+    fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            let now = local_now_ms();
+            let rows = sqlx::query(&self.sql.list)
+                .bind(now)
+                .bind(now.saturating_sub(filter.older_than_ms()))
+                .bind(filter.name.as_deref())
+                .bind(filter.status.map(|s| i64::from(s.as_i16())))
+                .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("list"))?;
+            rows.iter()
+                .map(|r| {
+                    let get = |e: sqlx::Error| sqlx_error("list", e);
+                    let key: Vec<u8> = r.try_get("key").map_err(get)?;
+                    let key = Digest::from_slice(&key)
+                        .ok_or_else(|| corrupt("list", "a stored key is not 32 bytes".into()))?;
+                    let size: Option<i64> = r.try_get("size").map_err(get)?;
+                    let rec = record(&key, r, now)?;
+                    Ok(KeyInfo {
+                        value_size: size.map(|n| n as u64),
+                        ..KeyInfo::from(&rec)
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
+        Box::pin(async move {
+            let rows = sqlx::query(&self.sql.stats)
+                .bind(local_now_ms())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("stats"))?;
+            rows.iter()
+                .map(|r| {
+                    let get = |e: sqlx::Error| sqlx_error("stats", e);
+                    let state: i64 = r.try_get("state").map_err(get)?;
+                    let count: i64 = r.try_get("n").map_err(get)?;
+                    Ok(Stat {
+                        name: r.try_get("name").map_err(get)?,
+                        state: State::from_code(state)
+                            .ok_or_else(|| corrupt("stats", format!("unknown status {state}")))?,
+                        count: count as u64,
+                    })
+                })
+                .collect()
+        })
+    }
+}

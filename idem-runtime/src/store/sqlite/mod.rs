@@ -1,0 +1,598 @@
+//! The SQLite store: embedded and durable, on sqlx.
+//!
+//! One `WITHOUT ROWID` table keyed by the 32-byte digest, an index on `expires_at`, WAL, a
+//! `busy_timeout`, `synchronous=FULL` by default. SQLite has no server clock: times come from
+//! this process's clock, which every process on the machine shares.
+//!
+//! Statements per step: a replay is one read (`SELECT` of the live row); a fresh call is that
+//! read, one conditional upsert (the claim) and one fenced `UPDATE` (the completion) — two write
+//! statements. The upsert only fires when the existing row is not live, so two racing claims can
+//! never both win: the loser's upsert returns no row and it reads the winner's.
+//!
+//! Open it as every store opens: [`SqliteStore::connect`] on a URL, [`SqliteOptions`] for
+//! anything else, [`SqliteStore::from_pool`] on a pool the application already has.
+
+mod inspect;
+mod options;
+mod schema;
+
+pub use options::SqliteOptions;
+pub use schema::SCHEMA_VERSION;
+
+use super::{
+    local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Migration,
+    Record, Status, Store,
+};
+use crate::error::{Error, StoreErrorKind};
+use crate::key::Digest;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{ConnectOptions, Row};
+use std::time::Duration;
+
+const BACKEND: Backend = Backend::Sqlite;
+/// Rows one purge statement deletes; see `purge_expired`.
+const PURGE_CHUNK: u64 = 100;
+/// The longest pause between two purge statements.
+const PURGE_MAX_PAUSE: Duration = Duration::from_millis(20);
+const COLUMNS: &str = "name, fingerprint, token, status, value, created_at, expires_at";
+
+/// The SQLite store behind [`crate::Idem::sqlite`].
+#[derive(Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    /// The table in use (see the schema module for files written by idem 0.1).
+    table: String,
+    sql: Statements,
+    /// For an in-memory database: one connection outside the pool, never used, that keeps the
+    /// shared-cache database alive. The pool closes a connection whose query future was dropped
+    /// mid-statement (a caller's timeout, a cancelled renewal); were it the last one, SQLite
+    /// would free the database and the next connection would open an empty one.
+    _keeper: Option<std::sync::Mutex<SqliteConnection>>,
+}
+/// The statements, built once at open because the table name is configurable.
+#[derive(Debug)]
+struct Statements {
+    select: String,
+    claim: String,
+    complete: String,
+    release: String,
+    renew: String,
+    purge: String,
+    force_release: String,
+    list: String,
+    stats: String,
+}
+
+impl Statements {
+    fn new(t: &str) -> Self {
+        Statements {
+            select: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1 AND expires_at > ?2"),
+            // The token is `protocol::next_token`: max(previous + 1, now in µs).
+            claim: format!(
+                "INSERT INTO {t} (key, name, fingerprint, token, status, value, created_at, expires_at) \
+                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6) \
+                 ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
+                 fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
+                 status = 0, value = NULL, created_at = excluded.created_at, \
+                 expires_at = excluded.expires_at \
+                 WHERE {t}.expires_at <= excluded.created_at \
+                 RETURNING token"
+            ),
+            // The fenced steps: `?1` key, `?2` token, `?3` now, then the step's own. The token
+            // holds while the row is in progress with it and live (`protocol::holds`).
+            complete: format!(
+                "UPDATE {t} SET status = 1, value = ?4, expires_at = ?5 \
+                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
+            ),
+            // A release ends the row (`protocol::ended_at`) rather than deleting it: its token
+            // stays for the next claim to pass.
+            release: format!(
+                "UPDATE {t} SET expires_at = ?4 \
+                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
+            ),
+            renew: format!(
+                "UPDATE {t} SET expires_at = ?4 \
+                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
+            ),
+            // Strictly before now (`protocol::may_forget`): a row that ended this millisecond
+            // keeps its token for claims in it.
+            purge: format!(
+                "DELETE FROM {t} WHERE key IN \
+                 (SELECT key FROM {t} WHERE expires_at < ?1 LIMIT ?2)"
+            ),
+            // Ends the row read just before if it is still that row (`?1` key, `?2` the end,
+            // `?3` token, `?4` status, `?5` expires_at): SQLite's RETURNING shows the row after
+            // the change, and the operator is shown the record as it was.
+            force_release: format!(
+                "UPDATE {t} SET expires_at = ?2 \
+                 WHERE key = ?1 AND token = ?3 AND status = ?4 AND expires_at = ?5"
+            ),
+            // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
+            // value itself is left out (it may be large); its length is what a listing shows.
+            list: format!(
+                "SELECT key, name, fingerprint, token, status, NULL AS value, \
+                 length(value) AS size, created_at, expires_at FROM {t} \
+                 WHERE expires_at > ?1 AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
+                 AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
+            ),
+            stats: format!(
+                "SELECT name, CASE WHEN expires_at <= ?1 THEN 2 ELSE status END AS state, \
+                 count(*) AS n FROM {t} GROUP BY name, state ORDER BY name, state"
+            ),
+        }
+    }
+}
+
+/// True for a plain SQL identifier: letters, digits and `_`, not starting with a digit.
+pub(crate) fn valid_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 63
+}
+
+fn err(op: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+    move |e| sqlx_error(op, e)
+}
+
+/// A sqlx failure as an `idem::Error` of this store, with its kind.
+fn sqlx_error(op: &'static str, e: sqlx::Error) -> Error {
+    let kind = match &e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            StoreErrorKind::Unreachable
+        }
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => StoreErrorKind::Corrupt,
+        sqlx::Error::Database(db) => {
+            let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+            match code & 0xff {
+                5 | 6 => StoreErrorKind::Busy,
+                8 => StoreErrorKind::ReadOnly,
+                13 => StoreErrorKind::Capacity,
+                14 => StoreErrorKind::DatabaseMissing,
+                23 => StoreErrorKind::Permission,
+                11 | 26 => StoreErrorKind::Corrupt,
+                // SQLITE_ERROR is every "prepare failed"; the message tells a missing table.
+                1 if db.message().contains("no such table") => StoreErrorKind::SchemaMissing,
+                _ => StoreErrorKind::Query,
+            }
+        }
+        _ => StoreErrorKind::Query,
+    };
+    Error::store_kind(BACKEND, op, kind, e)
+}
+
+/// Puts a file database in WAL mode, once, before the pool opens. The switch needs an exclusive
+/// lock that SQLite's busy handler does not wait for: processes opening a new file together
+/// (three schedulers, a test suite's parallel tests) get SQLITE_BUSY at once. So it is retried
+/// here until `busy_timeout`. WAL is a property of the file: the pool's connections open in it
+/// without asking again.
+async fn enable_wal(
+    connect: &SqliteConnectOptions,
+    busy_timeout: Duration,
+) -> Result<(), sqlx::Error> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = Duration::from_millis(2);
+    let mut conn = connect.connect().await?;
+    let result = loop {
+        match sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(&mut conn)
+            .await
+        {
+            Err(sqlx::Error::Database(e))
+                if is_busy(&*e) && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => break other.map(drop),
+        }
+    };
+    let _ = sqlx::Connection::close(conn).await;
+    result
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, whatever the extended code.
+fn is_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 5 | 6))
+}
+
+impl SqliteStore {
+    /// Opens `url` (`sqlite::memory:`, `sqlite://file.db`) with the default options, creating
+    /// a missing file and the schema.
+    pub async fn connect(url: &str) -> Result<SqliteStore, Error> {
+        SqliteOptions::from_url(url)?.connect().await
+    }
+
+    /// A store on the application's own pool (its settings are the application's; the pool
+    /// settings of `options` are ignored, its table and schema policy are not).
+    pub async fn from_pool(pool: SqlitePool, options: SqliteOptions) -> Result<SqliteStore, Error> {
+        let store = SqliteStore::assemble(pool, &options, None).await?;
+        if options.migrate_on_open {
+            schema::ensure(&store).await?;
+        } else {
+            schema::check(&store).await?;
+        }
+        Ok(store)
+    }
+
+    /// Opens `url` with the default options.
+    #[deprecated(since = "0.2.0", note = "use `SqliteStore::connect`")]
+    pub async fn open(url: &str) -> Result<SqliteStore, Error> {
+        SqliteStore::connect(url).await
+    }
+
+    /// Options for opening `url`.
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `SqliteOptions::from_url(url)?` or `url.parse()`"
+    )]
+    pub fn options(url: &str) -> SqliteOptions {
+        SqliteOptions::unchecked(url)
+    }
+
+    /// Opens the pool without any DDL.
+    async fn connect_with(options: &SqliteOptions) -> Result<SqliteStore, Error> {
+        let connect = options.connect_options()?;
+        if !options.migrate_on_open && !options.in_memory() {
+            let file = connect.get_filename();
+            if !file.exists() {
+                return Err(options::no_file(file));
+            }
+        }
+        let open_err = |e: sqlx::Error| {
+            let what = format!(
+                "cannot open the SQLite database `{}`: {e}",
+                options.display()
+            );
+            match sqlx_error("open", e) {
+                Error::Store(s) => Error::store_kind(BACKEND, "open", s.kind, what),
+                other => other,
+            }
+        };
+        // sqlx opens `sqlite::memory:` as a named shared-cache database, which lives while any
+        // connection to it is open: the keeper holds one for the life of the store.
+        let in_memory = options.in_memory();
+        let keeper = if in_memory {
+            let conn = connect.connect().await.map_err(open_err)?;
+            Some(std::sync::Mutex::new(conn))
+        } else {
+            None
+        };
+        let pool = if in_memory {
+            // One pooled connection: shared-cache connections lock whole tables, and one
+            // connection serialises the calls as well as SQLite would.
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            enable_wal(&connect, options.busy_timeout)
+                .await
+                .map_err(open_err)?;
+            SqlitePoolOptions::new().max_connections(options.max_connections_value())
+        };
+        let pool = pool.connect_with(connect).await.map_err(open_err)?;
+        SqliteStore::assemble(pool, options, keeper).await
+    }
+
+    /// The store on `pool`, its table resolved (see the schema module) and validated.
+    async fn assemble(
+        pool: SqlitePool,
+        options: &SqliteOptions,
+        keeper: Option<std::sync::Mutex<SqliteConnection>>,
+    ) -> Result<SqliteStore, Error> {
+        if !valid_identifier(&options.table) {
+            return Err(Error::config(format!(
+                "SQLite table name `{}` is not a plain identifier (letters, digits, `_`)",
+                options.table
+            )));
+        }
+        let table = if options.default_table {
+            let mut conn = pool.acquire().await.map_err(err("open"))?;
+            schema::resolve_default(&mut conn, &options.table).await?
+        } else {
+            options.table.clone()
+        };
+        Ok(SqliteStore {
+            pool,
+            sql: Statements::new(&table),
+            table,
+            _keeper: keeper,
+        })
+    }
+
+    /// The pool, for tests and for operators' tools.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The table the records are in.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates or upgrades the schema (for a store opened with `migrate_on_open(false)`), and
+    /// says what it found.
+    pub async fn migrate(&self) -> Result<Migrated, Error> {
+        let from = schema::ensure(self).await?;
+        Ok(Migrated::new(
+            BACKEND,
+            from,
+            SCHEMA_VERSION,
+            format!("table {}", self.table),
+        ))
+    }
+
+    /// The migrations of `table`, as SQL a DBA can review and run.
+    pub fn migrations(table: &str) -> Result<Vec<Migration>, Error> {
+        if !valid_identifier(table) {
+            return Err(Error::config(format!(
+                "SQLite table name `{table}` is not a plain identifier (letters, digits, `_`)"
+            )));
+        }
+        Ok(schema::migrations(table))
+    }
+
+    async fn select(&self, key: &Digest, now: i64) -> Result<Option<Record>, Error> {
+        let row = sqlx::query(&self.sql.select)
+            .bind(key.as_bytes())
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("read"))?;
+        row.map(|r| record(key, &r, now)).transpose()
+    }
+
+    async fn claim_now(&self, c: Claim<'_>) -> Result<ClaimOutcome, Error> {
+        // A live row is found with one read; only a free key takes a write.
+        loop {
+            let now = local_now_ms();
+            if let Some(r) = self.select(c.key, now).await? {
+                return Ok(ClaimOutcome::Existing(r));
+            }
+            let token: Option<i64> = sqlx::query_scalar(&self.sql.claim)
+                .bind(c.key.as_bytes())
+                .bind(c.name)
+                .bind(c.fingerprint.as_bytes())
+                .bind(crate::protocol::next_token(None, now) as i64)
+                .bind(now)
+                .bind(now.saturating_add(millis(c.lease)))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("claim"))?;
+            if let Some(token) = token {
+                return Ok(ClaimOutcome::Claimed {
+                    token: token as u64,
+                });
+            }
+            // Another attempt claimed it between the read and the upsert: read its row.
+        }
+    }
+
+    /// One fenced statement: `?1` key, `?2` token, `?3` now, then the step's own parameters.
+    async fn fenced(
+        &self,
+        sql: &str,
+        op: &'static str,
+        key: &Digest,
+        token: u64,
+        now: i64,
+        extra: Extra<'_>,
+    ) -> Result<bool, Error> {
+        let q = sqlx::query(sql)
+            .bind(key.as_bytes())
+            .bind(token as i64)
+            .bind(now);
+        let q = match extra {
+            Extra::ExpiresAt(at) => q.bind(at),
+            Extra::Value(value, at) => q.bind(value).bind(at),
+        };
+        let done = q.execute(&self.pool).await.map_err(err(op))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+/// The parameters a fenced step adds after key, token and now.
+enum Extra<'a> {
+    ExpiresAt(i64),
+    Value(&'a [u8], i64),
+}
+
+fn record(key: &Digest, r: &SqliteRow, now: i64) -> Result<Record, Error> {
+    let corrupt = |what: &str| {
+        Error::store_kind(
+            BACKEND,
+            "read",
+            StoreErrorKind::Corrupt,
+            format!("the row of key {key} has an invalid {what}"),
+        )
+    };
+    let get = |e: sqlx::Error| sqlx_error("read", e);
+    let fingerprint: Vec<u8> = r.try_get("fingerprint").map_err(get)?;
+    let status: i64 = r.try_get("status").map_err(get)?;
+    let token: i64 = r.try_get("token").map_err(get)?;
+    Ok(Record {
+        name: r.try_get("name").map_err(get)?,
+        key: *key,
+        fingerprint: Digest::from_slice(&fingerprint).ok_or_else(|| corrupt("fingerprint"))?,
+        token: token as u64,
+        status: Status::from_column(status).ok_or_else(|| corrupt("status"))?,
+        value: r.try_get("value").map_err(get)?,
+        created_at: r.try_get("created_at").map_err(get)?,
+        expires_at: r.try_get("expires_at").map_err(get)?,
+        now,
+    })
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> Backend {
+        BACKEND
+    }
+
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_now(claim))
+    }
+
+    fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        let now = local_now_ms();
+        Box::pin(self.fenced(
+            &self.sql.complete,
+            "complete",
+            done.key,
+            done.token,
+            now,
+            Extra::Value(done.value, now.saturating_add(millis(done.ttl))),
+        ))
+    }
+
+    fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let now = local_now_ms();
+        let end = crate::protocol::ended_at(now);
+        Box::pin(self.fenced(
+            &self.sql.release,
+            "release",
+            key,
+            token,
+            now,
+            Extra::ExpiresAt(end),
+        ))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let now = local_now_ms();
+        Box::pin(self.fenced(
+            &self.sql.renew,
+            "renew",
+            key,
+            token,
+            now,
+            Extra::ExpiresAt(now.saturating_add(millis(lease))),
+        ))
+    }
+
+    fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.select(key, local_now_ms()))
+    }
+
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            // In chunks, with a pause after each. A DELETE holds the database's one write lock
+            // until it commits, and the calls that need it meanwhile sleep in SQLite's busy
+            // handler (1, 2, 5, 10 … ms between polls): a purge that takes the lock again the
+            // moment it lets go starves them. With 1 000-row statements back to back, calls
+            // beside a purge had a p99 three times their quiet one at 1 M rows, 3–12 times at
+            // 10 M; with 100-row chunks and a pause of half a chunk's time, 1.2 and 1.5 times
+            // (`benches/growth.rs`, 16 callers). The purge is slower (55–71 µs a row instead of
+            // 10–83), but it is the background work, and still deletes about 15 000 rows a
+            // second, more than SQLite can claim.
+            let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+            let mut total = 0u64;
+            loop {
+                let want = (limit - total).min(PURGE_CHUNK);
+                let started = std::time::Instant::now();
+                let done = sqlx::query(&self.sql.purge)
+                    .bind(local_now_ms())
+                    .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(err("purge"))?
+                    .rows_affected();
+                total += done;
+                if done < want || total >= limit {
+                    return Ok(total);
+                }
+                tokio::time::sleep((started.elapsed() / 2).min(PURGE_MAX_PAUSE)).await;
+            }
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(async move {
+            // Read the live record, then end it if it is still the same: a record that changed
+            // in between (renewed, completed, taken over) is read again.
+            loop {
+                let now = local_now_ms();
+                let Some(r) = self.select(key, now).await? else {
+                    return Ok(None);
+                };
+                let done = sqlx::query(&self.sql.force_release)
+                    .bind(key.as_bytes())
+                    .bind(crate::protocol::ended_at(now))
+                    .bind(r.token as i64)
+                    .bind(i64::from(r.status.as_i16()))
+                    .bind(r.expires_at)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(err("force_release"))?;
+                if done.rows_affected() == 1 {
+                    return Ok(Some(r));
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `migrate_on_open`, nothing is created: a missing file is an error, and so is a
+    /// file without the schema; after a migration the same options open it.
+    #[tokio::test]
+    async fn open_without_migrating_creates_nothing() {
+        let path = std::env::temp_dir().join(format!(
+            "idem-nomigrate-{}-{}.db",
+            std::process::id(),
+            local_now_ms()
+        ));
+        let url = format!("sqlite://{}", path.display());
+        let strict = || {
+            SqliteOptions::from_url(&url)
+                .unwrap()
+                .migrate_on_open(false)
+        };
+        let kind = |r: Result<SqliteStore, Error>| r.err().and_then(|e| e.store_error_kind());
+        assert_eq!(
+            kind(strict().connect().await),
+            Some(StoreErrorKind::DatabaseMissing)
+        );
+        assert!(!path.exists());
+        let plain = SqliteStore::connect_with(&SqliteOptions::from_url(&url).unwrap())
+            .await
+            .unwrap();
+        drop(plain);
+        assert_eq!(
+            kind(strict().connect().await),
+            Some(StoreErrorKind::SchemaMissing)
+        );
+        let m = SqliteOptions::from_url(&url)
+            .unwrap()
+            .migrate()
+            .await
+            .unwrap();
+        assert_eq!((m.from, m.to), (0, SCHEMA_VERSION));
+        strict().connect().await.unwrap();
+        let again = SqliteOptions::from_url(&url)
+            .unwrap()
+            .migrate()
+            .await
+            .unwrap();
+        assert_eq!(again.from, SCHEMA_VERSION);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}

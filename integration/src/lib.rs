@@ -1,0 +1,10 @@
+//! The tests and examples that need a server's own client, and the harness of the test binaries
+//! that need a server ([`harness`], [`server_tests!`]); the README's snippets compile here as doc
+//! tests with those clients at hand.
+
+pub mod harness;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
