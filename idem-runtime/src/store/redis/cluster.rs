@@ -5,7 +5,7 @@
 //! key, so redis-rs's cluster client sends each step to the primary that owns the key's slot and
 //! follows `MOVED`/`ASK` redirections itself; nothing in the scripts changes.
 
-use super::connection::store_err;
+use super::error::store_err;
 use super::{RedisOptions, BACKEND};
 use crate::error::{Error, StoreErrorKind};
 use ::redis::aio::{ConnectionLike, ConnectionManager};

@@ -71,6 +71,7 @@
 
 mod cluster;
 mod connection;
+mod error;
 mod inspect;
 mod notifier;
 mod options;
@@ -83,7 +84,7 @@ use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
 use ::redis::{Client, Script, Value};
 use cluster::Conn;
-use connection::store_err;
+use error::store_err;
 use notifier::Notifier;
 use scripts::Scripts;
 use std::fmt;
