@@ -74,10 +74,18 @@
 //!   [`Error::retry_after`](crate::Error::retry_after) of the in-progress error, the one rule a
 //!   function caller gets too (the first attempt's lease left, capped at
 //!   [`MAX_RETRY_AFTER`](crate::protocol::MAX_RETRY_AFTER)), rounded up to whole seconds.
-//! * **A client that disconnects** mid-request: the server drops the request's future, so the
-//!   handler stops where it is and its claim is no longer renewed; it lapses after the lease
-//!   (30 s by default, [`IdempotencyLayer::lease`]), and until then a retry gets a 409. Choose
-//!   a lease a little longer than the slowest handler's pauses, not longer.
+//! * **A client that disconnects** mid-request does not cut its handler in half: once the
+//!   request body is read, the claim, the handler and the storing of its response run on a
+//!   tokio task of their own ([`IdempotencyLayer::detached`], on by default), which the
+//!   connection only waits for. The handler finishes, its response is stored, and the client's
+//!   retry gets it replayed (or, while it still runs, a 409 / the [`IdempotencyLayer::wait`]).
+//!   [`IdempotencyLayer::max_in_flight`] bounds how many such handlers run at once (beyond it:
+//!   503 with `Retry-After`), and a [`ShutdownHandle`] ([`IdempotencyLayer::shutdown_handle`])
+//!   waits for them, up to a deadline, when the server stops, so that a deploy does not cut
+//!   them either. **Opting out**: `.detached(false)` gives the old behaviour: the server drops
+//!   the handler's future with the connection, the handler stops where it is, and its claim
+//!   lapses after the lease (30 s by default, [`IdempotencyLayer::lease`]), until when a retry
+//!   gets a 409.
 //!
 //! # Errors
 //!
@@ -95,7 +103,10 @@
 //! | 500 | [`problem::PRINCIPAL_MISSING`] | no principal and anonymous requests are not allowed |
 //! | 500 | [`problem::INTERNAL`] | a stored response no longer decodes, or the handler's response body failed |
 //! | 503 | [`problem::STORE_UNAVAILABLE`] | the idempotency store failed; retry later (`Retry-After`) |
+//! | 503 | [`problem::OVERLOADED`] | [`IdempotencyLayer::max_in_flight`] handlers run already; retry later (`Retry-After`) |
+//! | 503 | [`problem::SHUTTING_DOWN`] | the server is shutting down ([`ShutdownHandle::shutdown`]); retry (`Retry-After`) |
 
+pub use super::detach::{ShutdownHandle, StillRunning};
 pub use super::key::{parse_key, parse_key_value, IDEMPOTENCY_KEY, MAX_KEY_LEN};
 pub use super::layer::{store_policy, IdempotencyLayer, Principal};
 #[doc(no_inline)]

@@ -1,6 +1,7 @@
 //! The tower layer: its configuration, the principal that scopes keys, and which responses
 //! are stored.
 
+use super::detach::{Handlers, ShutdownHandle};
 use super::service::IdempotencyService;
 use crate::policy::OnError;
 use crate::Idem;
@@ -53,6 +54,11 @@ pub(super) struct Config {
     pub(super) scope: Arc<ScopeFn>,
     pub(super) allow_anonymous: bool,
     pub(super) store_if: Arc<StoreIfFn>,
+    /// Whether the idempotent part of a request runs on a task of its own.
+    pub(super) detached: bool,
+    pub(super) max_in_flight: Option<usize>,
+    /// Shared by every clone of the layer and its services: one count, one shutdown.
+    pub(super) handlers: Arc<Handlers>,
 }
 
 /// A tower layer that makes the axum routes it wraps idempotent by their `Idempotency-Key`.
@@ -74,6 +80,8 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("lease", &c.lease)
             .field("wait", &c.wait)
             .field("allow_anonymous", &c.allow_anonymous)
+            .field("detached", &c.detached)
+            .field("max_in_flight", &c.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +94,8 @@ impl IdempotencyLayer {
     /// A layer on `idem` with the defaults: namespace `"http"`, `POST` and `PATCH`, key
     /// required, body limit 1 MiB, the handle's ttl and lease, no wait (a duplicate in flight
     /// gets a 409 with `Retry-After: 1`), scope from the [`Principal`] extension, anonymous
-    /// requests refused, [`store_policy`].
+    /// requests refused, [`store_policy`], handlers detached from their connection
+    /// ([`IdempotencyLayer::detached`]) without a bound on how many run at once.
     pub fn new(idem: Idem) -> IdempotencyLayer {
         IdempotencyLayer {
             config: Arc::new(Config {
@@ -102,6 +111,9 @@ impl IdempotencyLayer {
                 scope: Arc::new(principal_scope),
                 allow_anonymous: false,
                 store_if: Arc::new(store_policy),
+                detached: true,
+                max_in_flight: None,
+                handlers: Arc::default(),
             }),
         }
     }
@@ -189,6 +201,41 @@ impl IdempotencyLayer {
     pub fn store_if(self, policy: impl Fn(StatusCode) -> OnError + Send + Sync + 'static) -> Self {
         let policy: Arc<StoreIfFn> = Arc::new(policy);
         self.with(|c| c.store_if = policy)
+    }
+}
+
+impl IdempotencyLayer {
+    /// Whether a request's handler runs to its end even when the client goes away (`true`,
+    /// the default) or is dropped with the connection (`false`).
+    ///
+    /// Detached, the part of a request under its key (the claim, the handler, storing its
+    /// response) runs on a tokio task of its own once the request body is read: a client
+    /// that disconnects, or times out, mid-handler does not cut a payment between its gateway
+    /// call and its reply; the response is stored, and the client's retry gets it replayed.
+    /// Not detached, the server drops the handler's future with the connection: the handler
+    /// stops wherever it is, and its claim lapses after the lease (until then a retry gets a
+    /// 409). Opt out (`.detached(false)`) for handlers that must stop when nobody waits for
+    /// them, or whose inner service is not `'static`-spawnable in your runtime. Requests that
+    /// pass through (other methods, no key where it is optional) are never detached.
+    pub fn detached(self, detached: bool) -> Self {
+        self.with(|c| c.detached = detached)
+    }
+
+    /// At most `max` detached handlers at once (default: no bound); a request beyond it gets
+    /// a 503 [`problem::OVERLOADED`](super::problem::OVERLOADED) with `Retry-After` (the
+    /// layer's [`retry_after`](IdempotencyLayer::retry_after)) and does not run. Handlers
+    /// whose clients left count until they finish, so this is what bounds the work a wave of
+    /// disconnecting clients can leave running.
+    pub fn max_in_flight(self, max: usize) -> Self {
+        self.with(|c| c.max_in_flight = Some(max))
+    }
+
+    /// The handle that waits for this layer's running handlers at shutdown (shared by every
+    /// clone of the layer and every service it made).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            handlers: self.config.handlers.clone(),
+        }
     }
 }
 

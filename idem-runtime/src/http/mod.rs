@@ -13,6 +13,7 @@
 pub mod problem;
 
 pub mod axum;
+mod detach;
 mod fingerprint;
 mod key;
 mod layer;

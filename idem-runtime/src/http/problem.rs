@@ -57,6 +57,18 @@
 //!
 //! `503 Service Unavailable`, [`STORE_UNAVAILABLE`]. The idempotency store failed; the request
 //! did not run. Retry it later (`Retry-After`) with the same key.
+//!
+//! # Overloaded
+//!
+//! `503 Service Unavailable`, [`OVERLOADED`]. The server runs as many idempotent requests as
+//! it allows (`IdempotencyLayer::max_in_flight`); the request did not run. Retry it later
+//! (`Retry-After`) with the same key.
+//!
+//! # Shutting down
+//!
+//! `503 Service Unavailable`, [`SHUTTING_DOWN`]. The server is shutting down and waits for the
+//! requests it runs; this one did not run. Retry it (`Retry-After`) with the same key: another
+//! instance, or this one restarted, runs it.
 
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Serialize;
@@ -89,6 +101,10 @@ pub const PRINCIPAL_MISSING: &str = problem_type!("principal-missing");
 pub const INTERNAL: &str = problem_type!("internal");
 /// 503: the idempotency store failed; the request did not run. Retry later.
 pub const STORE_UNAVAILABLE: &str = problem_type!("store-unavailable");
+/// 503: the layer runs `max_in_flight` requests already; the request did not run.
+pub const OVERLOADED: &str = problem_type!("overloaded");
+/// 503: the server is shutting down; the request did not run.
+pub const SHUTTING_DOWN: &str = problem_type!("shutting-down");
 
 #[derive(Serialize)]
 struct Document<'a> {
@@ -172,6 +188,8 @@ mod tests {
             PRINCIPAL_MISSING,
             INTERNAL,
             STORE_UNAVAILABLE,
+            OVERLOADED,
+            SHUTTING_DOWN,
         ];
         assert_eq!(anchors.len(), types.len(), "{anchors:?}");
         for t in types {

@@ -1,6 +1,7 @@
 //! The tower service: one request through the layer, in named steps: the key, the scope, the
 //! body, the idempotent call around the inner service, and the answer.
 
+use super::detach::Refused;
 use super::fingerprint::Fingerprint;
 use super::key::parse_key;
 use super::layer::Config;
@@ -95,8 +96,49 @@ where
     };
     let call = idempotent_call(&config, &key, scope.as_deref(), &parts, &body);
     let req = Request::from_parts(parts, Body::from(body));
-    let (result, fresh) = run_inner(call, &config, inner, req).await;
-    answer(&config, result, fresh)
+    if !config.detached {
+        let (result, fresh) = run_inner(call, config.clone(), inner, req).await;
+        return answer(&config, result, fresh);
+    }
+    // Detached: from here on the request runs on a task of its own, which the connection's
+    // future only waits for; a client that goes away drops the wait, not the handler.
+    let admitted = match config.handlers.admit(config.max_in_flight) {
+        Ok(admitted) => admitted,
+        Err(refused) => return Ok(refusal(&config, refused)),
+    };
+    let task = config
+        .handlers
+        .spawn(admitted, run_inner(call, config.clone(), inner, req));
+    match task.await {
+        Ok((result, fresh)) => answer(&config, result, fresh),
+        // The handler panicked: the panic goes on where it would have gone undetached (the
+        // engine has already released the key).
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            tracing::error!(error = %e, "idem: detached handler cancelled");
+            Ok(problem::internal("the handler was cancelled"))
+        }
+    }
+}
+
+/// The 503 of a request not admitted to run detached.
+fn refusal(config: &Config, refused: Refused) -> Response<Body> {
+    let res = match refused {
+        Refused::Overloaded => problem::response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem::OVERLOADED,
+            "Too many requests in flight",
+            "the server is running as many idempotent requests as it allows; the request did \
+             not run: retry it later with the same key",
+        ),
+        Refused::ShuttingDown => problem::response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem::SHUTTING_DOWN,
+            "Shutting down",
+            "the server is shutting down; the request did not run: retry it with the same key",
+        ),
+    };
+    problem::with_retry_after(res, config.retry_after)
 }
 
 /// The problem document that refuses a request before the handler runs.
@@ -244,7 +286,7 @@ type Fresh = Option<(ResponseParts, Bytes)>;
 /// Runs the inner service under the idempotent call (or replays, or fails without running it).
 async fn run_inner<S, B>(
     call: Call,
-    config: &Config,
+    config: Arc<Config>,
     mut inner: S,
     req: Request<Body>,
 ) -> (Result<Outcome<StoredResponse>, Failure<S::Error>>, Fresh)
