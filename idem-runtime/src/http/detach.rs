@@ -64,18 +64,17 @@ impl Handlers {
 
 /// Waits for a layer's running handlers at shutdown, so that a deploy does not cut them.
 ///
-/// Take it with [`IdempotencyLayer::shutdown_handle`](super::axum::IdempotencyLayer::shutdown_handle)
+/// Take it with [`IdempotencyLayer::shutdown_handle`](super::IdempotencyLayer::shutdown_handle)
 /// before serving; once the server stops accepting connections (axum's
-/// `with_graceful_shutdown`), call [`ShutdownHandle::shutdown`]:
+/// `with_graceful_shutdown`, hyper's `GracefulShutdown`), call [`ShutdownHandle::shutdown`]:
 ///
 /// ```no_run
 /// # extern crate idem_runtime as idem;
-/// # async fn run(listener: tokio::net::TcpListener, app: axum::Router,
-/// #              layer: idem::http::axum::IdempotencyLayer) {
-/// # let signal = async {};
+/// # async fn serve_until_signal() {}
+/// # async fn run(layer: idem::http::IdempotencyLayer) {
 /// use std::time::Duration;
 /// let handle = layer.shutdown_handle();
-/// axum::serve(listener, app).with_graceful_shutdown(signal).await.unwrap();
+/// serve_until_signal().await; // the server, serving routes under `layer`, stops accepting
 /// // connections are closed; handlers whose clients left may still run
 /// if let Err(still) = handle.shutdown(Duration::from_secs(25)).await {
 ///     tracing::warn!("{still}");
