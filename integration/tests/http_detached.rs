@@ -260,3 +260,127 @@ async fn a_shutdown_deadline_says_how_many_still_run() {
     );
     s.gate.release.add_permits(1);
 }
+
+/// A deterministic pseudo-random sequence (xorshift), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One attempt on a raw socket: the whole request, or part of it, then either the whole
+/// response (`Some((status, replayed, body))`) or a disconnect at a random point (`None`).
+async fn attempt(
+    addr: std::net::SocketAddr,
+    key: &str,
+    rng: &mut Rng,
+) -> Option<(u16, bool, String)> {
+    use tokio::io::AsyncReadExt;
+    let body = format!("{{\"order\":\"{key}\"}}");
+    let head = format!(
+        "POST /count HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"{key}\"\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    match rng.below(4) {
+        // gone in the middle of the body: nothing may run
+        0 => {
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(&body.as_bytes()[..3]).await.unwrap();
+            None
+        }
+        // gone after the request, at a random point of the handler (or after it)
+        1 | 2 => {
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(rng.below(12))).await;
+            None
+        }
+        _ => {
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            let mut raw = Vec::new();
+            stream.read_to_end(&mut raw).await.unwrap();
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            let status = text.get(9..12)?.parse().ok()?;
+            let (head, body) = text.split_once("\r\n\r\n")?;
+            let replayed = head
+                .to_ascii_lowercase()
+                .contains("\r\nidempotent-replayed: true");
+            Some((status, replayed, body.to_owned()))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_with_random_disconnects_no_handler_runs_twice_for_a_key() {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let runs: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let counted = runs.clone();
+    let handler = move |body: String| {
+        let runs = counted.clone();
+        async move {
+            // a handler with a pause in the middle: disconnects land before, in and after it
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let n = {
+                let mut runs = runs.lock().unwrap();
+                let n = runs.entry(body.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            (StatusCode::CREATED, format!("{body} run {n}"))
+        }
+    };
+    let app = Router::new()
+        .route("/count", post(handler))
+        .layer(IdempotencyLayer::new(Idem::memory()).allow_anonymous(true));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let clients: Vec<_> = (0..24u64)
+        .map(|k| {
+            tokio::spawn(async move {
+                let key = format!("order-{k}");
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (k + 1).wrapping_mul(0x2545_F491));
+                let mut answers = Vec::new();
+                // bounded: at most 60 attempts a key, until one gets its 201
+                for _ in 0..60 {
+                    match attempt(addr, &key, &mut rng).await {
+                        Some((201, replayed, body)) => {
+                            answers.push((replayed, body));
+                            break;
+                        }
+                        // in progress: a disconnected attempt's handler still runs
+                        Some((409, ..)) | None => {
+                            tokio::time::sleep(Duration::from_millis(rng.below(8))).await
+                        }
+                        Some(other) => panic!("{key}: unexpected {other:?}"),
+                    }
+                }
+                (key, answers)
+            })
+        })
+        .collect();
+    for client in clients {
+        let (key, answers) = within("the client's attempts", client).await.unwrap();
+        let (_, body) = answers.last().unwrap_or_else(|| panic!("{key}: no 201"));
+        assert_eq!(body, &format!("{{\"order\":\"{key}\"}} run 1"), "{key}");
+    }
+    // every handler that started (the disconnected ones included) has finished by now: a
+    // retry got a 201 only once the first run's response was stored
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len(), 24);
+    for (key, n) in runs.iter() {
+        assert_eq!(*n, 1, "{key} ran {n} times");
+    }
+    server.abort();
+}

@@ -84,6 +84,7 @@ pub const STORED_HEADERS: [HeaderName; 9] = [
 
 /// What a gRPC layer stores besides [`STORED_HEADERS`]: the message's compression and the
 /// call's status (trailers, or headers of a trailers-only response).
+#[cfg(feature = "grpc")]
 pub(crate) const GRPC_STORED_HEADERS: [HeaderName; 4] = [
     HeaderName::from_static("grpc-encoding"),
     HeaderName::from_static("grpc-status"),
