@@ -232,9 +232,11 @@ impl IdempotencyLayer {
         self.with(|c| c.wait = Some(wait))
     }
 
-    /// The `Retry-After` of a 503 (the store failed), and of a 409 whose error carries no hint
-    /// (default 1 s, rounded up to whole seconds). A 409 otherwise says what the function error
-    /// says, [`Error::retry_after`](crate::Error::retry_after): one rule for both.
+    /// The `Retry-After` of a 503 (the store failed, [`max_in_flight`](Self::max_in_flight)
+    /// reached, a shutdown begun), and of a 409 whose error carries no hint (default 1 s,
+    /// rounded up to whole seconds). A 409 otherwise says what the function error says,
+    /// [`Error::retry_after`](crate::Error::retry_after): one rule for both. A gRPC layer
+    /// sends the same seconds as `retry-after` and `grpc-retry-pushback-ms`.
     pub fn retry_after(self, retry_after: Duration) -> Self {
         self.with(|c| c.retry_after = retry_after)
     }
