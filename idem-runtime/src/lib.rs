@@ -13,7 +13,7 @@ pub mod cron;
 mod error;
 mod exec;
 mod handle;
-#[cfg(feature = "axum")]
+#[cfg(feature = "http")]
 pub mod http;
 pub mod key;
 mod lease;

@@ -215,7 +215,8 @@ fn layer() -> IdempotencyLayer {
 
 #[tokio::test]
 async fn a_double_submit_is_replayed() {
-    let s = serve(layer()).await;
+    // x-charge-id is not among the stored fields by default: the test adds it
+    let s = serve(layer().store_header(header::HeaderName::from_static("x-charge-id"))).await;
     let first = s.charge("alice", "\"k-1\"", 1200).await;
     assert_eq!(first.status(), 201);
     assert!(!replayed(&first));
@@ -562,4 +563,45 @@ async fn without_a_principal_the_layer_refuses_unless_anonymous_is_allowed() {
         }
         task.abort();
     }
+}
+
+#[tokio::test]
+async fn a_handler_keeps_a_response_out_of_storage() {
+    use idem::http::axum::NoStore;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let secret = move || {
+        let runs = counted.clone();
+        async move {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            (Extension(NoStore), format!("one-time secret {n}"))
+        }
+    };
+    let no_store = || async { ([(header::CACHE_CONTROL, "no-store")], "private") };
+    let app = Router::new()
+        .route("/secret", post(secret))
+        .route("/private", post(no_store))
+        .layer(layer().allow_anonymous(true));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let send = |path: &'static str| {
+        reqwest::Client::new()
+            .post(format!("http://{addr}{path}"))
+            .header("Idempotency-Key", "\"s\"")
+            .send()
+    };
+    for n in 1..=2 {
+        let res = send("/secret").await.unwrap();
+        assert!(!replayed(&res));
+        assert_eq!(res.text().await.unwrap(), format!("one-time secret {n}"));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // Cache-Control: no-store is stored like any response unless respect_no_store(true)
+    let res = send("/private").await.unwrap();
+    assert!(!replayed(&res));
+    let res = send("/private").await.unwrap();
+    assert!(replayed(&res));
+    assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
+    task.abort();
 }

@@ -59,25 +59,45 @@
 //!   [`IdempotencyLayer::allow_anonymous`] puts such requests in one shared anonymous scope.
 //! * **The fingerprint**: method, path, query and a sha256 of the body. A repeat with the same
 //!   key and another fingerprint (another payload, or the key used on another route) is refused
-//!   with a 422 and the handler does not run.
-//! * **What is stored**: the status, the body and the headers that belong to the response:
-//!   not the hop-by-hop fields (`Connection`, `Keep-Alive`, `Transfer-Encoding`, `TE`,
-//!   `Trailer`, `Upgrade`, `Proxy-*` and those named in `Connection`), not `Date`, not
-//!   `Content-Length` (recomputed). The response body is buffered to be stored: this layer is
-//!   for API responses, not for streams.
+//!   with a 422 and the handler does not run. With
+//!   [`fingerprint(FingerprintMode::Canonical)`](IdempotencyLayer::fingerprint) a JSON body is
+//!   compared by its parsed value (`{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are one request)
+//!   and query parameters in any order; off by default, since switching it changes the
+//!   fingerprints of keys already stored.
+//! * **What is stored**: the status, the body, and the response fields of an allow-list,
+//!   [`STORED_HEADERS`] by default: the representation's (`Content-Type`, `Content-Encoding`,
+//!   `Content-Language`, `Content-Location`), `ETag`, `Last-Modified`, `Location`, `Link` and
+//!   `Cache-Control` ([`IdempotencyLayer::store_header`] adds one,
+//!   [`IdempotencyLayer::store_headers`] replaces the list). **`Set-Cookie` is never
+//!   stored**, listed or not: whoever holds a key must not get the first caller's session; nor
+//!   are `Date`, `Content-Length` and the hop-by-hop fields (the server sets them anew).
+//!   [`IdempotencyLayer::on_replay`] adjusts a replayed response before it is sent. The
+//!   response body is buffered to be stored: this layer is for API responses, not for streams.
 //! * **Which responses are stored**: [`store_policy`] by default: 1xx–3xx and 4xx responses are
 //!   kept and replayed, except `408`, `409`, `425` and `429`, which say "try again"; 5xx
 //!   responses release the key so that a retry runs the handler again. Change it with
 //!   [`IdempotencyLayer::store_if`]. A released response still goes to the client as it is.
+//!   A handler keeps one response out of storage with the [`NoStore`] response extension
+//!   (with [`IdempotencyLayer::respect_no_store`], `Cache-Control: no-store` does it too), and
+//!   a response above [`IdempotencyLayer::response_limit`] is not stored either: each goes to
+//!   the client as it is and releases its key.
 //! * **While the first request is in flight** a repeat gets a 409 with `Retry-After`, or, with
 //!   [`IdempotencyLayer::wait`], waits for it and gets its response. `Retry-After` is
 //!   [`Error::retry_after`](crate::Error::retry_after) of the in-progress error, the one rule a
 //!   function caller gets too (the first attempt's lease left, capped at
 //!   [`MAX_RETRY_AFTER`](crate::protocol::MAX_RETRY_AFTER)), rounded up to whole seconds.
-//! * **A client that disconnects** mid-request: the server drops the request's future, so the
-//!   handler stops where it is and its claim is no longer renewed; it lapses after the lease
-//!   (30 s by default, [`IdempotencyLayer::lease`]), and until then a retry gets a 409. Choose
-//!   a lease a little longer than the slowest handler's pauses, not longer.
+//! * **A client that disconnects** mid-request does not cut its handler in half: once the
+//!   request body is read, the claim, the handler and the storing of its response run on a
+//!   tokio task of their own ([`IdempotencyLayer::detached`], on by default), which the
+//!   connection only waits for. The handler finishes, its response is stored, and the client's
+//!   retry gets it replayed (or, while it still runs, a 409 / the [`IdempotencyLayer::wait`]).
+//!   [`IdempotencyLayer::max_in_flight`] bounds how many such handlers run at once (beyond it:
+//!   503 with `Retry-After`), and a [`ShutdownHandle`] ([`IdempotencyLayer::shutdown_handle`])
+//!   waits for them, up to a deadline, when the server stops, so that a deploy does not cut
+//!   them either. **Opting out**: `.detached(false)` gives the old behaviour: the server drops
+//!   the handler's future with the connection, the handler stops where it is, and its claim
+//!   lapses after the lease (30 s by default, [`IdempotencyLayer::lease`]), until when a retry
+//!   gets a 409.
 //!
 //! # Errors
 //!
@@ -95,15 +115,18 @@
 //! | 500 | [`problem::PRINCIPAL_MISSING`] | no principal and anonymous requests are not allowed |
 //! | 500 | [`problem::INTERNAL`] | a stored response no longer decodes, or the handler's response body failed |
 //! | 503 | [`problem::STORE_UNAVAILABLE`] | the idempotency store failed; retry later (`Retry-After`) |
+//! | 503 | [`problem::OVERLOADED`] | [`IdempotencyLayer::max_in_flight`] handlers run already; retry later (`Retry-After`) |
+//! | 503 | [`problem::SHUTTING_DOWN`] | the server is shutting down ([`ShutdownHandle::shutdown`]); retry (`Retry-After`) |
 
-pub use super::key::{parse_key, parse_key_value, IDEMPOTENCY_KEY, MAX_KEY_LEN};
-pub use super::layer::{store_policy, IdempotencyLayer, Principal};
-#[doc(no_inline)]
-pub use super::problem;
-pub use super::service::IdempotencyService;
 #[cfg(feature = "testkit")]
 #[doc(hidden)]
-pub use super::stored::decode_stored_response;
-pub use super::stored::IDEMPOTENT_REPLAYED;
-/// The body type of the requests and responses the layer's service takes and gives.
+pub use super::decode_stored_response;
+#[doc(no_inline)]
+pub use super::problem;
+pub use super::{
+    parse_key, parse_key_value, store_policy, Buffered, FingerprintMode, IdempotencyLayer,
+    IdempotencyService, InnerRequest, LayerBody, NoStore, Principal, ShutdownHandle, StillRunning,
+    IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_KEY_LEN, STORED_HEADERS,
+};
+/// The body type of the requests an axum router gives the layer's service.
 pub use ::axum::body::Body;

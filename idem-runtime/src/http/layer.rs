@@ -1,10 +1,15 @@
 //! The tower layer: its configuration, the principal that scopes keys, and which responses
 //! are stored.
 
+use super::detach::{Handlers, ShutdownHandle};
+use super::fingerprint::FingerprintMode;
 use super::service::IdempotencyService;
+use super::stored::STORED_HEADERS;
 use crate::policy::OnError;
 use crate::Idem;
 use http::request::Parts as RequestParts;
+use http::response::Parts as ResponseParts;
+use http::HeaderName;
 use http::{Method, StatusCode};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -24,6 +29,21 @@ impl Principal {
 }
 
 type ScopeFn = dyn Fn(&RequestParts) -> Option<String> + Send + Sync;
+type OnReplayFn = dyn Fn(&mut ResponseParts) + Send + Sync;
+
+/// A response extension by which a handler keeps its response out of storage: the key is
+/// released (a retry runs the handler again) and the response goes to the client as it is.
+/// For a response that must not be replayed (a one-time secret, a token), or one the handler
+/// knows is not final.
+///
+/// ```
+/// # extern crate idem_runtime as idem;
+/// let mut res = http::Response::new(());
+/// res.extensions_mut().insert(idem::http::NoStore);
+/// ```
+/// (with axum: `(Extension(NoStore), body)`.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoStore;
 type StoreIfFn = dyn Fn(StatusCode) -> OnError + Send + Sync;
 
 /// The default policy of which responses are stored: [`OnError::Keep`] (stored and replayed)
@@ -37,6 +57,19 @@ pub fn store_policy(status: StatusCode) -> OnError {
         _ => OnError::Keep,
     }
 }
+
+/// The protocol a layer speaks: how it writes its refusals and decides what to store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Protocol {
+    /// HTTP APIs: problem documents, [`store_policy`] on the status.
+    Http,
+    /// Unary gRPC calls: gRPC statuses, the store policy on `grpc-status`.
+    #[cfg(feature = "grpc")]
+    Grpc,
+}
+
+#[cfg(feature = "grpc")]
+pub(super) type GrpcStoreIfFn = dyn Fn(super::grpc::Code) -> OnError + Send + Sync;
 
 /// What a layer was configured with, shared by the services it makes.
 #[derive(Clone)]
@@ -53,10 +86,25 @@ pub(super) struct Config {
     pub(super) scope: Arc<ScopeFn>,
     pub(super) allow_anonymous: bool,
     pub(super) store_if: Arc<StoreIfFn>,
+    /// Whether the idempotent part of a request runs on a task of its own.
+    pub(super) detached: bool,
+    pub(super) max_in_flight: Option<usize>,
+    /// Shared by every clone of the layer and its services: one count, one shutdown.
+    pub(super) handlers: Arc<Handlers>,
+    pub(super) fingerprint: FingerprintMode,
+    /// The response fields stored and replayed (never `Set-Cookie`).
+    pub(super) stored_headers: Vec<HeaderName>,
+    pub(super) on_replay: Option<Arc<OnReplayFn>>,
+    pub(super) respect_no_store: bool,
+    pub(super) response_limit: Option<usize>,
+    pub(super) protocol: Protocol,
+    #[cfg(feature = "grpc")]
+    pub(super) grpc_store_if: Arc<GrpcStoreIfFn>,
 }
 
-/// A tower layer that makes the axum routes it wraps idempotent by their `Idempotency-Key`.
-/// See [`idem::http::axum`](super::axum) for what it does.
+/// A tower layer that makes the HTTP services it wraps (an axum router, a hyper service, a
+/// tonic server) idempotent by their `Idempotency-Key`. See [`idem::http`](super) for what it
+/// does.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     config: Arc<Config>,
@@ -74,6 +122,13 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("lease", &c.lease)
             .field("wait", &c.wait)
             .field("allow_anonymous", &c.allow_anonymous)
+            .field("detached", &c.detached)
+            .field("max_in_flight", &c.max_in_flight)
+            .field("fingerprint", &c.fingerprint)
+            .field("stored_headers", &c.stored_headers)
+            .field("respect_no_store", &c.respect_no_store)
+            .field("response_limit", &c.response_limit)
+            .field("protocol", &c.protocol)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +141,8 @@ impl IdempotencyLayer {
     /// A layer on `idem` with the defaults: namespace `"http"`, `POST` and `PATCH`, key
     /// required, body limit 1 MiB, the handle's ttl and lease, no wait (a duplicate in flight
     /// gets a 409 with `Retry-After: 1`), scope from the [`Principal`] extension, anonymous
-    /// requests refused, [`store_policy`].
+    /// requests refused, [`store_policy`], handlers detached from their connection
+    /// ([`IdempotencyLayer::detached`]) without a bound on how many run at once.
     pub fn new(idem: Idem) -> IdempotencyLayer {
         IdempotencyLayer {
             config: Arc::new(Config {
@@ -102,8 +158,25 @@ impl IdempotencyLayer {
                 scope: Arc::new(principal_scope),
                 allow_anonymous: false,
                 store_if: Arc::new(store_policy),
+                detached: true,
+                max_in_flight: None,
+                handlers: Arc::default(),
+                fingerprint: FingerprintMode::Raw,
+                stored_headers: STORED_HEADERS.to_vec(),
+                on_replay: None,
+                respect_no_store: false,
+                response_limit: None,
+                protocol: Protocol::Http,
+                #[cfg(feature = "grpc")]
+                grpc_store_if: Arc::new(super::grpc::store_policy),
             }),
         }
+    }
+
+    /// `self` with `f` applied to its configuration (before any service is made).
+    #[cfg(feature = "grpc")]
+    pub(super) fn with_config(self, f: impl FnOnce(&mut Config)) -> Self {
+        self.with(f)
     }
 
     fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
@@ -159,9 +232,11 @@ impl IdempotencyLayer {
         self.with(|c| c.wait = Some(wait))
     }
 
-    /// The `Retry-After` of a 503 (the store failed), and of a 409 whose error carries no hint
-    /// (default 1 s, rounded up to whole seconds). A 409 otherwise says what the function error
-    /// says, [`Error::retry_after`](crate::Error::retry_after): one rule for both.
+    /// The `Retry-After` of a 503 (the store failed, [`max_in_flight`](Self::max_in_flight)
+    /// reached, a shutdown begun), and of a 409 whose error carries no hint (default 1 s,
+    /// rounded up to whole seconds). A 409 otherwise says what the function error says,
+    /// [`Error::retry_after`](crate::Error::retry_after): one rule for both. A gRPC layer
+    /// sends the same seconds as `retry-after` and `grpc-retry-pushback-ms`.
     pub fn retry_after(self, retry_after: Duration) -> Self {
         self.with(|c| c.retry_after = retry_after)
     }
@@ -189,6 +264,96 @@ impl IdempotencyLayer {
     pub fn store_if(self, policy: impl Fn(StatusCode) -> OnError + Send + Sync + 'static) -> Self {
         let policy: Arc<StoreIfFn> = Arc::new(policy);
         self.with(|c| c.store_if = policy)
+    }
+}
+
+impl IdempotencyLayer {
+    /// Whether a request's handler runs to its end even when the client goes away (`true`,
+    /// the default) or is dropped with the connection (`false`).
+    ///
+    /// Detached, the part of a request under its key (the claim, the handler, storing its
+    /// response) runs on a tokio task of its own once the request body is read: a client
+    /// that disconnects, or times out, mid-handler does not cut a payment between its gateway
+    /// call and its reply; the response is stored, and the client's retry gets it replayed.
+    /// Not detached, the server drops the handler's future with the connection: the handler
+    /// stops wherever it is, and its claim lapses after the lease (until then a retry gets a
+    /// 409). Opt out (`.detached(false)`) for handlers that must stop when nobody waits for
+    /// them, or whose inner service is not `'static`-spawnable in your runtime. Requests that
+    /// pass through (other methods, no key where it is optional) are never detached.
+    pub fn detached(self, detached: bool) -> Self {
+        self.with(|c| c.detached = detached)
+    }
+
+    /// At most `max` detached handlers at once (default: no bound); a request beyond it gets
+    /// a 503 [`problem::OVERLOADED`](super::problem::OVERLOADED) with `Retry-After` (the
+    /// layer's [`retry_after`](IdempotencyLayer::retry_after)) and does not run. Handlers
+    /// whose clients left count until they finish, so this is what bounds the work a wave of
+    /// disconnecting clients can leave running.
+    pub fn max_in_flight(self, max: usize) -> Self {
+        self.with(|c| c.max_in_flight = Some(max))
+    }
+
+    /// How requests are fingerprinted (default [`FingerprintMode::Raw`]; see
+    /// [`FingerprintMode::Canonical`] for JSON bodies compared by value). Changing it changes
+    /// the fingerprints of requests: a retry of a request stored before the change (within the
+    /// ttl) gets a 422, so switch on a new [`name`](IdempotencyLayer::name), or once the ttl
+    /// has passed.
+    pub fn fingerprint(self, mode: FingerprintMode) -> Self {
+        self.with(|c| c.fingerprint = mode)
+    }
+
+    /// The response fields stored and replayed, replacing the default
+    /// [`STORED_HEADERS`](super::STORED_HEADERS) (a gRPC layer adds its `grpc-*` fields to
+    /// them). `Set-Cookie`, `Date`, `Content-Length` and hop-by-hop fields are never stored,
+    /// listed or not.
+    pub fn store_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names: Vec<HeaderName> = names.into_iter().collect();
+        self.with(|c| {
+            c.stored_headers = names;
+            #[cfg(feature = "grpc")]
+            if c.protocol == Protocol::Grpc {
+                c.stored_headers
+                    .extend(super::stored::GRPC_STORED_HEADERS.iter().cloned());
+            }
+        })
+    }
+
+    /// One more response field stored and replayed (an `X-Request-Id` of the first
+    /// response, a `Preference-Applied`…); see [`IdempotencyLayer::store_headers`].
+    pub fn store_header(self, name: HeaderName) -> Self {
+        self.with(|c| c.stored_headers.push(name))
+    }
+
+    /// Adjusts every replayed response before it is sent (after the layer added
+    /// `Idempotent-Replayed: true`): a fresh request id, an `Age`, a header saying which
+    /// instance replayed it.
+    pub fn on_replay(self, hook: impl Fn(&mut ResponseParts) + Send + Sync + 'static) -> Self {
+        let hook: Arc<OnReplayFn> = Arc::new(hook);
+        self.with(|c| c.on_replay = Some(hook))
+    }
+
+    /// Whether a response with `Cache-Control: no-store` is kept out of storage, its key
+    /// released (default `false`). Off by default because many APIs send `no-store` on every
+    /// response (for browsers and proxies, as OWASP recommends): honouring it there would
+    /// silently turn idempotency off. A handler opts one response out with the [`NoStore`]
+    /// extension whatever this says.
+    pub fn respect_no_store(self, respect: bool) -> Self {
+        self.with(|c| c.respect_no_store = respect)
+    }
+
+    /// The largest response body stored, in bytes (default: no limit). A larger response
+    /// goes to the client as it is (no 5xx), but is not stored: its key is released, and a
+    /// retry runs the handler again, so set it above the responses of handlers with effects.
+    pub fn response_limit(self, bytes: usize) -> Self {
+        self.with(|c| c.response_limit = Some(bytes))
+    }
+
+    /// The handle that waits for this layer's running handlers at shutdown (shared by every
+    /// clone of the layer and every service it made).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            handlers: self.config.handlers.clone(),
+        }
     }
 }
 

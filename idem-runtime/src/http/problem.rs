@@ -57,6 +57,18 @@
 //!
 //! `503 Service Unavailable`, [`STORE_UNAVAILABLE`]. The idempotency store failed; the request
 //! did not run. Retry it later (`Retry-After`) with the same key.
+//!
+//! # Overloaded
+//!
+//! `503 Service Unavailable`, [`OVERLOADED`]. The server runs as many idempotent requests as
+//! it allows (`IdempotencyLayer::max_in_flight`); the request did not run. Retry it later
+//! (`Retry-After`) with the same key.
+//!
+//! # Shutting down
+//!
+//! `503 Service Unavailable`, [`SHUTTING_DOWN`]. The server is shutting down and waits for the
+//! requests it runs; this one did not run. Retry it (`Retry-After`) with the same key: another
+//! instance, or this one restarted, runs it.
 
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Serialize;
@@ -89,6 +101,69 @@ pub const PRINCIPAL_MISSING: &str = problem_type!("principal-missing");
 pub const INTERNAL: &str = problem_type!("internal");
 /// 503: the idempotency store failed; the request did not run. Retry later.
 pub const STORE_UNAVAILABLE: &str = problem_type!("store-unavailable");
+/// 503: the layer runs `max_in_flight` requests already; the request did not run.
+pub const OVERLOADED: &str = problem_type!("overloaded");
+/// 503: the server is shutting down; the request did not run.
+pub const SHUTTING_DOWN: &str = problem_type!("shutting-down");
+
+/// A refusal or failure the layer answers itself, before it is written in the protocol's
+/// terms (a problem document, or a gRPC status).
+pub(crate) struct Problem {
+    pub(crate) status: StatusCode,
+    /// One of this module's constants (or `about:blank`).
+    pub(crate) type_: &'static str,
+    pub(crate) title: &'static str,
+    pub(crate) detail: std::borrow::Cow<'static, str>,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl Problem {
+    pub(crate) fn new(
+        status: StatusCode,
+        type_: &'static str,
+        title: &'static str,
+        detail: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> Problem {
+        Problem {
+            status,
+            type_,
+            title,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A 500 [`INTERNAL`].
+    pub(crate) fn internal(detail: &'static str) -> Problem {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            INTERNAL,
+            "Internal Server Error",
+            detail,
+        )
+    }
+
+    /// With `Retry-After: after`.
+    pub(crate) fn retry_after(mut self, after: Duration) -> Problem {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// The `application/problem+json` response.
+    pub(crate) fn into_response<B: From<Vec<u8>>>(self) -> Response<B> {
+        let res = response(self.status, self.type_, self.title, &self.detail);
+        match self.retry_after {
+            Some(after) => with_retry_after(res, after),
+            None => res,
+        }
+    }
+}
+
+/// `after` as whole seconds, rounded up, at least 1: the one rounding of every `Retry-After`.
+pub(crate) fn retry_after_secs(after: Duration) -> u64 {
+    let secs = after.as_millis().div_ceil(1000).max(1);
+    u64::try_from(secs).unwrap_or(u64::MAX)
+}
 
 #[derive(Serialize)]
 struct Document<'a> {
@@ -122,23 +197,13 @@ pub(crate) fn response<B: From<Vec<u8>>>(
     res
 }
 
-/// A 500 [`INTERNAL`] with `detail`.
-pub(crate) fn internal<B: From<Vec<u8>>>(detail: &str) -> Response<B> {
-    response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        INTERNAL,
-        "Internal Server Error",
-        detail,
-    )
-}
-
 /// `res` with `Retry-After: ` `after`, rounded up to whole seconds (at least 1: the field has
 /// no finer unit, and `0` would invite an immediate retry loop).
 pub(crate) fn with_retry_after<B>(mut res: Response<B>, after: Duration) -> Response<B> {
-    let secs = after.as_millis().div_ceil(1000).max(1);
-    let secs = u64::try_from(secs).unwrap_or(u64::MAX);
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    res.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs(after)),
+    );
     res
 }
 
@@ -172,6 +237,8 @@ mod tests {
             PRINCIPAL_MISSING,
             INTERNAL,
             STORE_UNAVAILABLE,
+            OVERLOADED,
+            SHUTTING_DOWN,
         ];
         assert_eq!(anchors.len(), types.len(), "{anchors:?}");
         for t in types {

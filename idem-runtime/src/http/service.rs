@@ -1,27 +1,31 @@
 //! The tower service: one request through the layer, in named steps: the key, the scope, the
 //! body, the idempotent call around the inner service, and the answer.
 
+use super::body::{Buffered, LayerBody};
+use super::detach::Refused;
 use super::fingerprint::Fingerprint;
 use super::key::parse_key;
-use super::layer::Config;
-use super::problem;
+use super::layer::{Config, NoStore, Protocol};
+use super::problem::{self, Problem};
 use super::stored::StoredResponse;
 use crate::error::BoxError;
 use crate::policy::OnError;
 use crate::{Call, Error, Outcome};
-// The layer buffers bodies into axum's body type, which is what its inner service takes.
-use ::axum::body::Body;
 use bytes::Bytes;
 use http::request::Parts as RequestParts;
 use http::response::Parts as ResponseParts;
-use http::{header, Request, Response, StatusCode};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http::{header, HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-/// The service made by [`IdempotencyLayer`](super::axum::IdempotencyLayer).
+/// The request the inner service gets: the buffered body of a request under a key, the
+/// original one of a request that passes through.
+pub type InnerRequest<B> = Request<LayerBody<B>>;
+
+/// The service made by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone)]
 pub struct IdempotencyService<S> {
     inner: S,
@@ -42,23 +46,30 @@ impl<S: std::fmt::Debug> std::fmt::Debug for IdempotencyService<S> {
     }
 }
 
-impl<S, B> tower_service::Service<Request<Body>> for IdempotencyService<S>
+/// Over `http::Request<ReqB>` for any body: the inner service gets [`InnerRequest<ReqB>`] and
+/// the caller a response whose body is the inner one or the layer's [`Buffered`] one.
+impl<S, ReqB, ResB> tower_service::Service<Request<ReqB>> for IdempotencyService<S>
 where
-    S: tower_service::Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower_service::Service<InnerRequest<ReqB>, Response = Response<ResB>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    ReqB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Response<LayerBody<ResB>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // The clone is not ready; the one that was polled ready serves this request.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -66,67 +77,118 @@ where
     }
 }
 
+/// The response the caller gets.
+type LayerResponse<B> = Response<LayerBody<B>>;
+
+/// The refusals before the handler runs, written in the layer's protocol.
+fn render<B>(config: &Config, problem: Problem) -> LayerResponse<B> {
+    let res: Response<Buffered> = match config.protocol {
+        Protocol::Http => problem.into_response(),
+        #[cfg(feature = "grpc")]
+        Protocol::Grpc => super::grpc::status_response(problem),
+    };
+    res.map(Either::Left)
+}
+
 /// One request through the layer.
-async fn handle<S, B>(
+async fn handle<S, ReqB, ResB>(
     config: Arc<Config>,
     mut inner: S,
-    req: Request<Body>,
-) -> Result<Response<Body>, S::Error>
+    req: Request<ReqB>,
+) -> Result<LayerResponse<ResB>, S::Error>
 where
-    S: tower_service::Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S: tower_service::Service<InnerRequest<ReqB>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    ReqB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
     let key = match request_key(&config, &req) {
-        KeyStep::Key(key) => key,
-        KeyStep::PassThrough => return inner.call(req).await.map(|r| r.map(Body::new)),
-        KeyStep::Answer(res) => return Ok(res),
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            let req = req.map(Either::Right);
+            return inner.call(req).await.map(|r| r.map(Either::Right));
+        }
+        Err(problem) => return Ok(render(&config, problem)),
     };
     let (parts, body) = req.into_parts();
     let scope = match request_scope(&config, &parts) {
         Ok(scope) => scope,
-        Err(refusal) => return Ok(*refusal),
+        Err(problem) => return Ok(render(&config, problem)),
     };
     let body = match read_body(&config, &parts, body).await {
         Ok(body) => body,
-        Err(refusal) => return Ok(*refusal),
+        Err(problem) => return Ok(render(&config, problem)),
     };
     let call = idempotent_call(&config, &key, scope.as_deref(), &parts, &body);
-    let req = Request::from_parts(parts, Body::from(body));
-    let (result, fresh) = run_inner(call, &config, inner, req).await;
-    answer(&config, result, fresh)
+    let req = Request::from_parts(parts, Either::Left(Buffered::from(body)));
+    if !config.detached {
+        let (result, fresh) = run_inner(call, config.clone(), inner, req).await;
+        return answer(&config, result, fresh);
+    }
+    // Detached: from here on the request runs on a task of its own, which the connection's
+    // future only waits for; a client that goes away drops the wait, not the handler.
+    let admitted = match config.handlers.admit(config.max_in_flight) {
+        Ok(admitted) => admitted,
+        Err(refused) => return Ok(render(&config, refusal(&config, refused))),
+    };
+    let task = config
+        .handlers
+        .spawn(admitted, run_inner(call, config.clone(), inner, req));
+    match task.await {
+        Ok((result, fresh)) => answer(&config, result, fresh),
+        // The handler panicked: the panic goes on where it would have gone undetached (the
+        // engine has already released the key).
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            tracing::error!(error = %e, "idem: detached handler cancelled");
+            Ok(render(
+                &config,
+                Problem::internal("the handler was cancelled"),
+            ))
+        }
+    }
 }
 
-/// The problem document that refuses a request before the handler runs.
-type Refusal = Box<Response<Body>>;
-
-/// What the request's `Idempotency-Key` makes of it.
-enum KeyStep {
-    /// The layer applies, with this key.
-    Key(String),
-    /// The layer does not apply (another method, or no key where it is optional).
-    PassThrough,
-    /// The request is refused: no key where it is required, or a malformed one.
-    Answer(Response<Body>),
+/// The 503 of a request not admitted to run detached.
+fn refusal(config: &Config, refused: Refused) -> Problem {
+    let problem = match refused {
+        Refused::Overloaded => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem::OVERLOADED,
+            "Too many requests in flight",
+            "the server is running as many idempotent requests as it allows; the request did \
+             not run: retry it later with the same key",
+        ),
+        Refused::ShuttingDown => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem::SHUTTING_DOWN,
+            "Shutting down",
+            "the server is shutting down; the request did not run: retry it with the same key",
+        ),
+    };
+    problem.retry_after(config.retry_after)
 }
 
-fn request_key(config: &Config, req: &Request<Body>) -> KeyStep {
+/// The request's key; `None` when the layer does not apply (another method, or no key where
+/// it is optional); a problem when the key is missing where required, or malformed.
+fn request_key<B>(config: &Config, req: &Request<B>) -> Result<Option<String>, Problem> {
     if !config.methods.contains(req.method()) {
-        return KeyStep::PassThrough;
+        return Ok(None);
     }
     match parse_key(req.headers()) {
-        Ok(Some(key)) => KeyStep::Key(key),
-        Ok(None) if !config.key_required => KeyStep::PassThrough,
-        Ok(None) => KeyStep::Answer(problem::response(
+        Ok(Some(key)) => Ok(Some(key)),
+        Ok(None) if !config.key_required => Ok(None),
+        Ok(None) => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             problem::KEY_MISSING,
             "Idempotency-Key is missing",
             "this operation is idempotent and requires an Idempotency-Key header, for \
              example Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"",
         )),
-        Err(why) => KeyStep::Answer(problem::response(
+        Err(why) => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             problem::KEY_MALFORMED,
             "Idempotency-Key is malformed",
@@ -137,7 +199,7 @@ fn request_key(config: &Config, req: &Request<Body>) -> KeyStep {
 
 /// The scope of the request's key (`None`: anonymous), or the 500 that refuses an anonymous
 /// request where it is not allowed.
-fn request_scope(config: &Config, parts: &RequestParts) -> Result<Option<String>, Refusal> {
+fn request_scope(config: &Config, parts: &RequestParts) -> Result<Option<String>, Problem> {
     let scope = (config.scope)(parts);
     if scope.is_none() && !config.allow_anonymous {
         tracing::error!(
@@ -145,30 +207,34 @@ fn request_scope(config: &Config, parts: &RequestParts) -> Result<Option<String>
             "idem: IdempotencyLayer found no principal: put the authentication middleware \
              outside the layer, or call allow_anonymous(true)"
         );
-        return Err(Box::new(problem::response(
+        return Err(Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             problem::PRINCIPAL_MISSING,
             "No principal",
             "the server could not tell who sent this request, so it cannot scope its \
              Idempotency-Key",
-        )));
+        ));
     }
     Ok(scope)
 }
 
 /// The whole request body, up to the layer's limit (413 above it, by the declared length
 /// first, so that a large body is not read at all).
-async fn read_body(config: &Config, parts: &RequestParts, body: Body) -> Result<Bytes, Refusal> {
+async fn read_body<B>(config: &Config, parts: &RequestParts, body: B) -> Result<Bytes, Problem>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let too_large = || {
-        Box::new(problem::response(
+        Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             problem::BODY_TOO_LARGE,
             "Request body too large",
-            &format!(
+            format!(
                 "the body of an idempotent request is limited to {} bytes",
                 config.body_limit
             ),
-        ))
+        )
     };
     let declared = parts
         .headers
@@ -183,12 +249,12 @@ async fn read_body(config: &Config, parts: &RequestParts, body: Body) -> Result<
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
         Err(e) => {
             tracing::debug!(error = %e, "idem: request body could not be read");
-            Err(Box::new(problem::response(
+            Err(Problem::new(
                 StatusCode::BAD_REQUEST,
                 "about:blank",
                 "Bad Request",
                 "the request body could not be read",
-            )))
+            ))
         }
     }
 }
@@ -206,7 +272,7 @@ fn idempotent_call(
         .idem
         .call(config.name.clone())
         .key(key)
-        .fingerprint(&Fingerprint::of(parts, body));
+        .fingerprint(&Fingerprint::of(parts, body, config.fingerprint));
     if let Some(scope) = scope {
         call = call.scope(scope);
     }
@@ -237,38 +303,49 @@ impl<E> From<Error> for Failure<E> {
     }
 }
 
+/// A response the inner service made, buffered: its head, its bytes, its trailers.
+pub(super) struct FreshResponse {
+    pub(super) parts: ResponseParts,
+    pub(super) body: Bytes,
+    pub(super) trailers: Option<HeaderMap>,
+}
+
 /// The response the inner service made in this call, when it ran: the caller gets it as it is
 /// (with its extensions), whether it was stored or released.
-type Fresh = Option<(ResponseParts, Bytes)>;
+type Fresh = Option<FreshResponse>;
 
 /// Runs the inner service under the idempotent call (or replays, or fails without running it).
-async fn run_inner<S, B>(
+async fn run_inner<S, ReqB, ResB>(
     call: Call,
-    config: &Config,
+    config: Arc<Config>,
     mut inner: S,
-    req: Request<Body>,
+    req: InnerRequest<ReqB>,
 ) -> (Result<Outcome<StoredResponse>, Failure<S::Error>>, Fresh)
 where
-    S: tower_service::Service<Request<Body>, Response = Response<B>> + Send + 'static,
+    S: tower_service::Service<InnerRequest<ReqB>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
     let slot: Mutex<Fresh> = Mutex::new(None);
-    let store_if = config.store_if.clone();
     let result = call
         .run(async {
             let res = inner.call(req).await.map_err(Failure::Service)?;
             let (parts, body) = res.into_parts();
-            let body = body
+            let collected = body
                 .collect()
                 .await
-                .map_err(|e| Failure::ResponseBody(e.into()))?
-                .to_bytes();
-            let stored = StoredResponse::new(&parts, &body);
-            let keep = store_if(parts.status);
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((parts, body));
+                .map_err(|e| Failure::ResponseBody(e.into()))?;
+            let trailers = collected.trailers().cloned();
+            let fresh = FreshResponse {
+                parts,
+                body: collected.to_bytes(),
+                trailers,
+            };
+            let keep = keep(&config, &fresh);
+            let stored = StoredResponse::new(&fresh, &config.stored_headers);
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh);
             match keep {
                 OnError::Keep => Ok(stored),
                 OnError::Release => Err(Failure::Released),
@@ -279,26 +356,70 @@ where
     (result, fresh)
 }
 
-/// The response to the client: the fresh one, a replay, or a problem document.
-fn answer<E>(
+/// Whether the layer's policy stores `fresh` or releases its key.
+fn keep(config: &Config, fresh: &FreshResponse) -> OnError {
+    if fresh.parts.extensions.get::<NoStore>().is_some() {
+        return OnError::Release;
+    }
+    if config.respect_no_store && no_store(&fresh.parts.headers) {
+        return OnError::Release;
+    }
+    if config
+        .response_limit
+        .is_some_and(|max| fresh.body.len() > max)
+    {
+        tracing::warn!(
+            bytes = fresh.body.len(),
+            "idem: response above the layer's response_limit; not stored, key released"
+        );
+        return OnError::Release;
+    }
+    match config.protocol {
+        Protocol::Http => (config.store_if)(fresh.parts.status),
+        #[cfg(feature = "grpc")]
+        Protocol::Grpc => super::grpc::keep(config, fresh),
+    }
+}
+
+/// Whether `Cache-Control` says `no-store`.
+fn no_store(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| d.trim().eq_ignore_ascii_case("no-store"))
+}
+
+/// The response to the client: the fresh one, a replay, or a problem.
+fn answer<B, E>(
     config: &Config,
     result: Result<Outcome<StoredResponse>, Failure<E>>,
     fresh: Fresh,
-) -> Result<Response<Body>, E> {
-    let fresh = || {
-        fresh
-            .map(|(parts, body)| Response::from_parts(parts, Body::from(body)))
-            .unwrap_or_else(|| problem::internal("the handler's response was lost"))
+) -> Result<LayerResponse<B>, E> {
+    let fresh = || match fresh {
+        Some(f) => Response::from_parts(f.parts, Either::Left(Buffered::new(f.body, f.trailers))),
+        None => render(config, Problem::internal("the handler's response was lost")),
     };
     Ok(match result {
         Ok(Outcome::Fresh(_)) | Err(Failure::Released) => fresh(),
-        Ok(Outcome::Replayed(stored)) => stored.into_response().unwrap_or_else(|| {
-            problem::internal("the stored response is not a valid HTTP response")
-        }),
+        Ok(Outcome::Replayed(stored)) => match stored.into_response() {
+            Some(res) => {
+                let (mut parts, body) = res.into_parts();
+                if let Some(hook) = &config.on_replay {
+                    hook(&mut parts);
+                }
+                Response::from_parts(parts, Either::Left(body))
+            }
+            None => render(
+                config,
+                Problem::internal("the stored response is not a valid HTTP response"),
+            ),
+        },
         Err(Failure::Service(e)) => return Err(e),
         Err(Failure::ResponseBody(e)) => {
             tracing::warn!(error = %e, "idem: the handler's response body failed; key released");
-            problem::internal("the response body failed")
+            render(config, Problem::internal("the response body failed"))
         }
         Err(Failure::Idem(e @ Error::LeaseLost { .. })) => {
             // The handler ran to the end; its response is real even though it could not be
@@ -306,28 +427,26 @@ fn answer<E>(
             tracing::warn!(error = %e, "idem: lease lost; the response was not stored");
             fresh()
         }
-        Err(Failure::Idem(e)) => idem_failure(config, e),
+        Err(Failure::Idem(e)) => render(config, idem_failure(config, e)),
     })
 }
 
-/// The problem document of an idempotency failure other than a lost lease.
-fn idem_failure(config: &Config, e: Error) -> Response<Body> {
+/// The problem of an idempotency failure other than a lost lease.
+fn idem_failure(config: &Config, e: Error) -> Problem {
     match e {
         Error::InProgress { .. } => {
             // The one rule of "when to ask again" (`Error::retry_after`), as the function error
             // says it; the layer's own value only where the error carries none.
             let after = e.retry_after().unwrap_or(config.retry_after);
-            problem::with_retry_after(
-                problem::response(
-                    StatusCode::CONFLICT,
-                    problem::IN_PROGRESS,
-                    "Request in progress",
-                    "a request with this Idempotency-Key is being processed; retry it later",
-                ),
-                after,
+            Problem::new(
+                StatusCode::CONFLICT,
+                problem::IN_PROGRESS,
+                "Request in progress",
+                "a request with this Idempotency-Key is being processed; retry it later",
             )
+            .retry_after(after)
         }
-        Error::Mismatch { .. } => problem::response(
+        Error::Mismatch { .. } => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             problem::KEY_REUSED,
             "Idempotency-Key reused",
@@ -336,19 +455,17 @@ fn idem_failure(config: &Config, e: Error) -> Response<Body> {
         ),
         Error::Store(e) => {
             tracing::warn!(error = %e, "idem: store failed; answering 503");
-            problem::with_retry_after(
-                problem::response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    problem::STORE_UNAVAILABLE,
-                    "Idempotency store unavailable",
-                    "the request was not processed; retry it later with the same key",
-                ),
-                config.retry_after,
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                problem::STORE_UNAVAILABLE,
+                "Idempotency store unavailable",
+                "the request was not processed; retry it later with the same key",
             )
+            .retry_after(config.retry_after)
         }
         e => {
             tracing::error!(error = %e, "idem: idempotent request failed");
-            problem::internal("the idempotent request could not be completed")
+            Problem::internal("the idempotent request could not be completed")
         }
     }
 }

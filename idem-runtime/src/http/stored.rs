@@ -4,8 +4,10 @@
 //! The format is JSON, readable by an operator: the status, the headers that
 //! belong to the response, and the body, as text when it is UTF-8 and base64 otherwise.
 
-use ::axum::body::Body;
+use super::body::Buffered;
+use super::service::FreshResponse;
 use base64::Engine as _;
+use bytes::Bytes;
 use http::response::Parts as ResponseParts;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -45,6 +47,10 @@ pub(crate) struct StoredResponse {
     status: u16,
     headers: Vec<(String, Blob)>,
     body: Blob,
+    /// A gRPC response's trailers (`grpc-status`, `grpc-message`…); absent in records written
+    /// before trailers were kept, and for responses without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    trailers: Vec<(String, Blob)>,
 }
 
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -58,57 +64,111 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-/// The headers that belong to the response, as stored.
-fn stored_headers(headers: &HeaderMap) -> Vec<(String, Blob)> {
-    let named_in_connection: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .collect();
+/// The response fields stored and replayed by default: the representation's metadata
+/// (`Content-Type`, `Content-Encoding`, `Content-Language`, `Content-Location`), its validators
+/// (`ETag`, `Last-Modified`), `Location`, `Link` and `Cache-Control`. Everything else the
+/// handler set (cookies, tracing ids, rate-limit counters, server timing) belongs to the first
+/// response only. [`IdempotencyLayer::store_header`](super::IdempotencyLayer::store_header)
+/// adds to it.
+pub const STORED_HEADERS: [HeaderName; 9] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LANGUAGE,
+    header::CONTENT_LOCATION,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::LOCATION,
+    header::LINK,
+    header::CACHE_CONTROL,
+];
+
+/// What a gRPC layer stores besides [`STORED_HEADERS`]: the message's compression and the
+/// call's status (trailers, or headers of a trailers-only response).
+#[cfg(feature = "grpc")]
+pub(crate) const GRPC_STORED_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("grpc-encoding"),
+    HeaderName::from_static("grpc-status"),
+    HeaderName::from_static("grpc-message"),
+    HeaderName::from_static("grpc-status-details-bin"),
+];
+
+/// Fields never stored, whatever the allow-list says: `Set-Cookie` (a replay must not hand a
+/// session to whoever holds the key), the hop-by-hop fields, `Date` and `Content-Length`
+/// (the server sets them for the replay), and the replay marker.
+fn never_stored(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+        || *name == header::SET_COOKIE
+        || *name == header::DATE
+        || *name == header::CONTENT_LENGTH
+        || *name == IDEMPOTENT_REPLAYED
+}
+
+/// The fields of `headers` in the allow-list, as stored.
+fn stored_headers(headers: &HeaderMap, allow: &[HeaderName]) -> Vec<(String, Blob)> {
     headers
         .iter()
-        .filter(|(name, _)| {
-            !HOP_BY_HOP.contains(name)
-                && *name != header::DATE
-                && *name != header::CONTENT_LENGTH
-                && *name != IDEMPOTENT_REPLAYED
-                && !named_in_connection.iter().any(|n| n == name.as_str())
-        })
+        .filter(|(name, _)| allow.contains(name) && !never_stored(name))
         .map(|(name, value)| (name.as_str().to_owned(), Blob::new(value.as_bytes())))
         .collect()
 }
 
 impl StoredResponse {
-    pub(crate) fn new(parts: &ResponseParts, body: &[u8]) -> StoredResponse {
+    /// The stored form of `fresh`, with the fields in `allow`.
+    pub(crate) fn new(fresh: &FreshResponse, allow: &[HeaderName]) -> StoredResponse {
+        StoredResponse::of(&fresh.parts, &fresh.body, fresh.trailers.as_ref(), allow)
+    }
+
+    fn of(
+        parts: &ResponseParts,
+        body: &[u8],
+        trailers: Option<&HeaderMap>,
+        allow: &[HeaderName],
+    ) -> StoredResponse {
         StoredResponse {
             status: parts.status.as_u16(),
-            headers: stored_headers(&parts.headers),
+            headers: stored_headers(&parts.headers, allow),
             body: Blob::new(body),
+            trailers: trailers
+                .map(|t| stored_headers(t, allow))
+                .unwrap_or_default(),
         }
     }
 
     /// The replayed response, or `None` when the stored record does not make one.
-    pub(crate) fn into_response(self) -> Option<Response<Body>> {
-        let mut res = Response::new(Body::from(self.body.into_bytes()?));
+    pub(crate) fn into_response(self) -> Option<Response<Buffered>> {
+        let trailers = match self.trailers.is_empty() {
+            true => None,
+            false => Some(header_map(self.trailers)?),
+        };
+        let body = Buffered::new(Bytes::from(self.body.into_bytes()?), trailers);
+        let mut res = Response::new(body);
         *res.status_mut() = StatusCode::from_u16(self.status).ok()?;
         let headers = res.headers_mut();
-        for (name, value) in self.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
-            let value = HeaderValue::from_bytes(&value.into_bytes()?).ok()?;
-            headers.append(name, value);
-        }
+        *headers = header_map(self.headers)?;
         headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         Some(res)
     }
+}
+
+/// Stored fields back into a header map, or `None` when one is not a valid field.
+fn header_map(fields: Vec<(String, Blob)>) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields {
+        let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(&value.into_bytes()?).ok()?;
+        // records written before the allow-list may hold a Set-Cookie: never replayed
+        if !never_stored(&name) {
+            headers.append(name, value);
+        }
+    }
+    Some(headers)
 }
 
 /// Decodes stored bytes into the response a replay would send, or `None` when they do not
 /// make one (the fuzz target's entry point; never panics).
 #[cfg(feature = "testkit")]
 #[doc(hidden)]
-pub fn decode_stored_response(bytes: &[u8]) -> Option<Response<Body>> {
+pub fn decode_stored_response(bytes: &[u8]) -> Option<Response<Buffered>> {
     serde_json::from_slice::<StoredResponse>(bytes)
         .ok()?
         .into_response()
@@ -119,7 +179,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stored_headers_leave_out_hop_by_hop_and_date() {
+    fn only_the_allow_list_is_stored_and_never_set_cookie() {
         let mut h = HeaderMap::new();
         h.insert(
             header::CONTENT_TYPE,
@@ -130,24 +190,34 @@ mod tests {
             header::DATE,
             HeaderValue::from_static("Tue, 01 Jul 2025 00:00:00 GMT"),
         );
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("close, x-private"),
-        );
-        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         h.insert(
             header::TRANSFER_ENCODING,
             HeaderValue::from_static("chunked"),
         );
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        h.insert(header::SET_COOKIE, HeaderValue::from_static("session=1"));
+        h.insert("x-trace", HeaderValue::from_static("t1"));
         h.insert("x-bin", HeaderValue::from_bytes(&[0xff, b'a']).unwrap());
-        let names: Vec<String> = stored_headers(&h).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["content-type", "location", "x-bin"]);
+        let names = |allow: &[HeaderName]| -> Vec<String> {
+            stored_headers(&h, allow)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(names(&STORED_HEADERS), ["content-type", "location"]);
+        // listed or not, Set-Cookie, Date, Content-Length and hop-by-hop fields are never kept
+        let mut all: Vec<HeaderName> = h.keys().cloned().collect();
+        all.push(header::CONTENT_TYPE);
+        assert_eq!(
+            names(&all),
+            ["content-type", "location", "x-trace", "x-bin"]
+        );
 
         let (mut parts, ()) = Response::new(()).into_parts();
         parts.status = StatusCode::CREATED;
-        parts.headers = h;
-        let stored = StoredResponse::new(&parts, &[0, 159, 146, 150]);
+        parts.headers = h.clone();
+        let stored = StoredResponse::of(&parts, &[0, 159, 146, 150], None, &all);
         let json = serde_json::to_string(&stored).unwrap();
         let back: StoredResponse = serde_json::from_str(&json).unwrap();
         let res = back.into_response().unwrap();
@@ -155,5 +225,17 @@ mod tests {
         assert_eq!(res.headers()["x-bin"].as_bytes(), [0xff, b'a']);
         assert_eq!(res.headers()[IDEMPOTENT_REPLAYED], "true");
         assert!(res.headers().get(header::DATE).is_none());
+        assert!(res.headers().get(header::SET_COOKIE).is_none());
+    }
+
+    #[test]
+    fn a_record_without_trailers_still_decodes_and_an_old_set_cookie_is_dropped() {
+        let json = r#"{"status":200,"headers":[["content-type","text/plain"],["set-cookie","s=1"]],"body":"hi"}"#;
+        let res = serde_json::from_str::<StoredResponse>(json)
+            .unwrap()
+            .into_response()
+            .unwrap();
+        assert_eq!(res.headers()[header::CONTENT_TYPE], "text/plain");
+        assert!(res.headers().get(header::SET_COOKIE).is_none());
     }
 }
