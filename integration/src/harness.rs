@@ -147,6 +147,12 @@ pub const REDIS_CLUSTER: Url = Url {
     var: "IDEM_TEST_REDIS_CLUSTER_URL",
     what: "Redis Cluster",
 };
+/// DynamoDB Local (or any DynamoDB endpoint taking any credentials): its URL,
+/// `http://127.0.0.1:8000`, as `.ci/dynamodb-local start DIR` prints it.
+pub const DYNAMODB: Url = Url {
+    var: "IDEM_TEST_DYNAMODB_URL",
+    what: "DynamoDB",
+};
 /// The shared NATS server (with JetStream).
 pub const NATS: Url = Url {
     var: "IDEM_TEST_NATS_URL",
