@@ -69,6 +69,23 @@ async fn list_show_release_stats_and_purge_on_dynamodb(url: String) {
     assert_eq!(stats["total"]["completed"], 2, "{stats:#}");
 }
 
+/// Without AWS credentials the tool says so (exit code 4, kind Authentication), not that the
+/// server is down.
+async fn missing_credentials_say_so(url: String) {
+    let store_url = format!("dynamodb://idem_conformance?region=us-east-1&endpoint={url}");
+    let out = Cli::new(&store_url)
+        .env("AWS_ACCESS_KEY_ID", "")
+        .env("AWS_SECRET_ACCESS_KEY", "")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/nonexistent/idem-test")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/idem-test")
+        .run(&["--json", "stats"])
+        .expect(4)
+        .json();
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(message.contains("AWS credentials"), "{out:#}");
+}
+
 idem_integration::server_tests! {
-    DYNAMODB => [list_show_release_stats_and_purge_on_dynamodb],
+    DYNAMODB => [list_show_release_stats_and_purge_on_dynamodb, missing_credentials_say_so],
 }

@@ -8,10 +8,16 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkErro
 
 /// The kind of a failed request: the transport's failures by the SDK's variant, the service's
 /// by its error code.
-pub(super) fn kind_of<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> StoreErrorKind {
+pub(super) fn kind_of<E, R>(e: &SdkError<E, R>) -> StoreErrorKind
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
     match e {
         SdkError::TimeoutError(_) => StoreErrorKind::Timeout,
         SdkError::DispatchFailure(d) if d.is_timeout() => StoreErrorKind::Timeout,
+        // No credentials, or credentials that could not be loaded: the request was never sent.
+        SdkError::DispatchFailure(_) if is_credentials_error(e) => StoreErrorKind::Authentication,
         // Connection refused or reset, DNS, TLS; and a response cut off mid-way.
         SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => StoreErrorKind::Unreachable,
         SdkError::ServiceError(_) => code_kind(e.code().unwrap_or_default(), e.message()),
@@ -19,6 +25,21 @@ pub(super) fn kind_of<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> StoreEr
         SdkError::ConstructionFailure(_) => StoreErrorKind::Authentication,
         _ => StoreErrorKind::Query,
     }
+}
+
+/// Whether a credential provider's failure is in the error's chain of sources.
+fn is_credentials_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err
+            .downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+            .is_some()
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// The kind of a service error code.
@@ -58,7 +79,7 @@ fn is_size_message(message: &str) -> bool {
 pub(super) fn sdk_error<E, R>(op: &'static str, e: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
 {
     let kind = kind_of(&e);
     let mut message = DisplayErrorContext(&e).to_string();

@@ -13,6 +13,7 @@
 //! | `ttl` | N | seconds since the epoch: when DynamoDB may delete the item by itself |
 
 use super::error::corrupt;
+use crate::error::Error;
 use crate::key::Digest;
 use crate::store::{Record, Status};
 use aws_sdk_dynamodb::primitives::Blob;
@@ -103,16 +104,12 @@ pub(super) fn completed_size(name_len: usize, value_len: usize) -> usize {
     names + 32 + name_len + 32 + 6 * 21 + value_len
 }
 
-fn get<'a>(
-    item: &'a Item,
-    attr: &str,
-    op: &'static str,
-) -> Result<&'a AttributeValue, crate::Error> {
+fn get<'a>(item: &'a Item, attr: &str, op: &'static str) -> Result<&'a AttributeValue, Error> {
     item.get(attr)
         .ok_or_else(|| corrupt(op, format!("an item has no `{attr}` attribute")))
 }
 
-pub(super) fn number(item: &Item, attr: &str, op: &'static str) -> Result<i64, crate::Error> {
+pub(super) fn number(item: &Item, attr: &str, op: &'static str) -> Result<i64, Error> {
     match get(item, attr, op)? {
         AttributeValue::N(s) => s
             .parse()
@@ -121,7 +118,7 @@ pub(super) fn number(item: &Item, attr: &str, op: &'static str) -> Result<i64, c
     }
 }
 
-fn token(item: &Item, op: &'static str) -> Result<u64, crate::Error> {
+fn token(item: &Item, op: &'static str) -> Result<u64, Error> {
     match get(item, TOKEN, op)? {
         AttributeValue::N(s) => s
             .parse()
@@ -130,7 +127,7 @@ fn token(item: &Item, op: &'static str) -> Result<u64, crate::Error> {
     }
 }
 
-pub(super) fn digest(item: &Item, attr: &str, op: &'static str) -> Result<Digest, crate::Error> {
+pub(super) fn digest(item: &Item, attr: &str, op: &'static str) -> Result<Digest, Error> {
     match get(item, attr, op)? {
         AttributeValue::B(blob) => <[u8; 32]>::try_from(blob.as_ref())
             .map(Digest)
@@ -144,7 +141,7 @@ pub(super) fn digest(item: &Item, attr: &str, op: &'static str) -> Result<Digest
     }
 }
 
-pub(super) fn status(item: &Item, op: &'static str) -> Result<Status, crate::Error> {
+pub(super) fn status(item: &Item, op: &'static str) -> Result<Status, Error> {
     let v = number(item, STATUS, op)?;
     Status::from_column(v).ok_or_else(|| {
         corrupt(
@@ -157,7 +154,7 @@ pub(super) fn status(item: &Item, op: &'static str) -> Result<Status, crate::Err
     })
 }
 
-pub(super) fn name(item: &Item, op: &'static str) -> Result<String, crate::Error> {
+pub(super) fn name(item: &Item, op: &'static str) -> Result<String, Error> {
     match get(item, NAME, op)? {
         AttributeValue::S(s) => Ok(s.clone()),
         _ => Err(corrupt(op, "`name` is not a string".into())),
@@ -165,7 +162,7 @@ pub(super) fn name(item: &Item, op: &'static str) -> Result<String, crate::Error
 }
 
 /// The record an item holds, read at `now` (the caller's clock).
-pub(super) fn record(item: &Item, now: i64, op: &'static str) -> Result<Record, crate::Error> {
+pub(super) fn record(item: &Item, now: i64, op: &'static str) -> Result<Record, Error> {
     let value = match item.get(VALUE) {
         Some(AttributeValue::B(blob)) => Some(blob.as_ref().to_vec()),
         Some(_) => return Err(corrupt(op, "`value` is not binary".into())),
@@ -185,6 +182,6 @@ pub(super) fn record(item: &Item, now: i64, op: &'static str) -> Result<Record, 
 }
 
 /// The token of an item (for takeovers and conditional deletes).
-pub(super) fn token_of(item: &Item, op: &'static str) -> Result<u64, crate::Error> {
+pub(super) fn token_of(item: &Item, op: &'static str) -> Result<u64, Error> {
     token(item, op)
 }
