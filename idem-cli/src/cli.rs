@@ -14,17 +14,19 @@ Exit codes:
   5  schema missing or out of date: run `idem migrate`
 
 The store URL comes from --url or IDEM_URL: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE,
-redis://HOST:PORT/. With --json every command prints one JSON document on stdout (errors too,
+redis://HOST:PORT/, dynamodb://TABLE?region=REGION&endpoint=URL (AWS credentials from the
+environment). With --json every command prints one JSON document on stdout (errors too,
 as {\"error\": {...}}); messages for people always go to stderr.";
 
 /// Find, inspect, release and purge idempotency keys in an idem store.
 #[derive(Parser, Debug)]
 #[command(name = "idem", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
-    /// The store: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE or redis://HOST:PORT/
+    /// The store: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE, redis://HOST:PORT/ or
+    /// dynamodb://TABLE?region=REGION&endpoint=URL
     #[arg(long, env = "IDEM_URL", global = true, hide_env_values = true)]
     pub(crate) url: Option<String>,
-    /// The SQL table (default: idem_records; a SQLite file written by idem 0.1 keeps its idem_keys)
+    /// The SQL or DynamoDB table (default: idem_records; a SQLite file written by idem 0.1 keeps its idem_keys)
     #[arg(long, env = "IDEM_TABLE", global = true)]
     pub(crate) table: Option<String>,
     /// The Redis key prefix (default: idem)

@@ -113,6 +113,11 @@ impl Situation<'_> {
             StoreErrorKind::DatabaseMissing => "the database in the URL does not exist: check \
                  its name (the part after the last /)"
                 .into(),
+            StoreErrorKind::Authentication if backend == Backend::DynamoDb => {
+                "no valid AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+                 AWS_PROFILE, or run where a role is attached (any will do for DynamoDB Local)"
+                    .into()
+            }
             StoreErrorKind::Authentication => {
                 "authentication failed: check the user and password in the URL".into()
             }

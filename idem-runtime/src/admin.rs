@@ -84,7 +84,7 @@ impl Target {
     }
 }
 
-/// The backend a URL names: `sqlite`, `postgres`, `mysql` or `redis`.
+/// The backend a URL names: `sqlite`, `postgres`, `mysql`, `redis` or `dynamodb`.
 pub fn scheme(url: &str) -> Result<Backend, Error> {
     Backend::from_url(url)
 }
@@ -94,7 +94,8 @@ pub fn scheme(url: &str) -> Result<Backend, Error> {
         feature = "sqlite",
         feature = "postgres",
         feature = "mysql",
-        feature = "redis"
+        feature = "redis",
+        feature = "dynamodb"
     ),
     allow(dead_code) // every backend the scheme names is built in
 )]
@@ -113,7 +114,8 @@ fn not_built(backend: Backend) -> Error {
         feature = "sqlite",
         feature = "postgres",
         feature = "mysql",
-        feature = "redis"
+        feature = "redis",
+        feature = "dynamodb"
     )),
     allow(unused_variables) // `target` only names a table or prefix of a built-in backend
 )]
@@ -143,6 +145,13 @@ pub async fn open(url: &str, target: &Target) -> Result<Box<dyn Inspect>, Error>
         )),
         #[cfg(feature = "redis")]
         Backend::Redis => Ok(Box::new(redis_options(url, target)?.connect().await?)),
+        #[cfg(feature = "dynamodb")]
+        Backend::DynamoDb => Ok(Box::new(
+            dynamodb_options(url, target)?
+                .create_table(false)
+                .connect()
+                .await?,
+        )),
         other => Err(not_built(other)),
     }
 }
@@ -176,6 +185,20 @@ fn mysql_options(url: &str, target: &Target) -> Result<crate::store::mysql::Mysq
     Ok(options)
 }
 
+/// A DynamoDB store for one operator's command: the table from the URL (`dynamodb://TABLE`) or
+/// the target; region, credentials and endpoint from the URL and the AWS environment.
+#[cfg(feature = "dynamodb")]
+fn dynamodb_options(
+    url: &str,
+    target: &Target,
+) -> Result<crate::store::dynamodb::DynamoDbOptions, Error> {
+    let mut options = crate::store::dynamodb::DynamoDbOptions::from_url(url)?;
+    if let Some(t) = &target.table {
+        options = options.table(t);
+    }
+    Ok(options)
+}
+
 #[cfg(feature = "redis")]
 fn redis_options(url: &str, target: &Target) -> Result<crate::store::redis::RedisOptions, Error> {
     let mut options = crate::store::redis::RedisOptions::from_url(url)?;
@@ -192,7 +215,8 @@ fn redis_options(url: &str, target: &Target) -> Result<crate::store::redis::Redi
         feature = "sqlite",
         feature = "postgres",
         feature = "mysql",
-        feature = "redis"
+        feature = "redis",
+        feature = "dynamodb"
     )),
     allow(unused_variables) // `target` only names a table or prefix of a built-in backend
 )]
@@ -212,6 +236,8 @@ pub async fn migrate(url: &str, target: &Target) -> Result<Migrated, Error> {
         Backend::Mysql => mysql_options(url, target)?.migrate().await,
         #[cfg(feature = "redis")]
         Backend::Redis => redis_options(url, target)?.migrate().await,
+        #[cfg(feature = "dynamodb")]
+        Backend::DynamoDb => dynamodb_options(url, target)?.migrate().await,
         other => Err(not_built(other)),
     }
 }

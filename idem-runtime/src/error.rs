@@ -252,6 +252,10 @@ pub enum StoreErrorKind {
     Capacity,
     /// Another writer held a lock for longer than the busy timeout.
     Busy,
+    /// The service refused the request for its rate (DynamoDB's
+    /// `ProvisionedThroughputExceededException`, `ThrottlingException`,
+    /// `RequestLimitExceeded`), after the client's own retries: ask again later.
+    Throttled,
     /// The server lacks something idem needs (too old a version).
     Unsupported,
     /// A stored record or a reply is not what idem writes.
@@ -262,9 +266,13 @@ pub enum StoreErrorKind {
 
 impl StoreErrorKind {
     /// True for the kinds a later retry of the same step may cure without anyone acting:
-    /// [`Unreachable`](Self::Unreachable), [`Timeout`](Self::Timeout), [`Busy`](Self::Busy).
+    /// [`Unreachable`](Self::Unreachable), [`Timeout`](Self::Timeout), [`Busy`](Self::Busy),
+    /// [`Throttled`](Self::Throttled).
     pub fn is_transient(self) -> bool {
-        matches!(self, Self::Unreachable | Self::Timeout | Self::Busy)
+        matches!(
+            self,
+            Self::Unreachable | Self::Timeout | Self::Busy | Self::Throttled
+        )
     }
 
     /// True for the kinds about the schema: missing, outdated or newer.

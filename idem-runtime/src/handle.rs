@@ -73,6 +73,22 @@ impl Idem {
         ))
     }
 
+    /// An Amazon DynamoDB store (feature `dynamodb`) on `table`, created when missing
+    /// (on-demand billing, TTL on the `ttl` attribute). Region, credentials and endpoint come
+    /// from the AWS environment (`AWS_REGION`, the credential chain, `AWS_ENDPOINT_URL_DYNAMODB`);
+    /// see [`DynamoDbOptions`](crate::store::dynamodb::DynamoDbOptions) to set them, and
+    /// [`DynamoDbStore::from_client`](crate::store::dynamodb::DynamoDbStore::from_client) for the
+    /// application's own client.
+    #[cfg(feature = "dynamodb")]
+    pub async fn dynamodb(table: &str) -> Result<Idem, Error> {
+        Ok(Idem::from_store(
+            crate::store::dynamodb::DynamoDbOptions::new()
+                .table(table)
+                .connect()
+                .await?,
+        ))
+    }
+
     /// A Redis store.
     #[cfg(feature = "redis")]
     pub async fn redis(url: &str) -> Result<Idem, Error> {

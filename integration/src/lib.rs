@@ -2,6 +2,8 @@
 //! that need a server ([`harness`], [`server_tests!`]); the README's snippets compile here as doc
 //! tests with those clients at hand.
 
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod harness;
 
 /// The README's examples, compiled and run as doc tests.

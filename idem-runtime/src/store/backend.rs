@@ -18,22 +18,25 @@ pub enum Backend {
     Redis,
     /// The MySQL / MariaDB store (feature `mysql`).
     Mysql,
+    /// The Amazon DynamoDB store (feature `dynamodb`).
+    DynamoDb,
     /// A store outside this crate, by the short name it gives itself.
     Other(&'static str),
 }
 
 impl Backend {
     /// The built-in backends, in a fixed order (metrics keep one row per entry).
-    pub const BUILT_IN: [Backend; 5] = [
+    pub const BUILT_IN: [Backend; 6] = [
         Backend::Memory,
         Backend::Sqlite,
         Backend::Postgres,
         Backend::Redis,
         Backend::Mysql,
+        Backend::DynamoDb,
     ];
 
-    /// The short name: `"memory"`, `"sqlite"`, `"postgres"`, `"redis"`, `"mysql"`, or the other
-    /// store's.
+    /// The short name: `"memory"`, `"sqlite"`, `"postgres"`, `"redis"`, `"mysql"`,
+    /// `"dynamodb"`, or the other store's.
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Memory => "memory",
@@ -41,13 +44,14 @@ impl Backend {
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
             Backend::Mysql => "mysql",
+            Backend::DynamoDb => "dynamodb",
             Backend::Other(name) => name,
         }
     }
 
     /// The backend a store URL names by its scheme: `sqlite:`, `postgres://` /
     /// `postgresql://`, `redis://` / `rediss://` / `unix://` / `redis+unix://`, `mysql://` /
-    /// `mariadb://`. Anything else is [`Error::Config`].
+    /// `mariadb://`, `dynamodb://`. Anything else is [`Error::Config`].
     pub fn from_url(url: &str) -> Result<Backend, Error> {
         let head = url.split(':').next().unwrap_or_default();
         match head {
@@ -55,10 +59,11 @@ impl Backend {
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "redis" | "rediss" | "unix" | "redis+unix" => Ok(Backend::Redis),
             "mysql" | "mariadb" => Ok(Backend::Mysql),
+            "dynamodb" => Ok(Backend::DynamoDb),
             _ => Err(Error::config(format!(
                 "unsupported store URL scheme `{head}`: use sqlite://FILE, \
-                 postgres://USER@HOST:PORT/DATABASE, mysql://USER@HOST:PORT/DATABASE or \
-                 redis://HOST:PORT/"
+                 postgres://USER@HOST:PORT/DATABASE, mysql://USER@HOST:PORT/DATABASE, \
+                 redis://HOST:PORT/ or dynamodb://TABLE?region=REGION"
             ))),
         }
     }
@@ -77,7 +82,7 @@ impl fmt::Display for Backend {
 }
 
 /// A backend by its short name: a built-in one for `"memory"`, `"sqlite"`, `"postgres"`,
-/// `"redis"` and `"mysql"`, [`Backend::Other`] for any other (what `Error::store("postgres", "body", e)` in an
+/// `"redis"`, `"mysql"` and `"dynamodb"`, [`Backend::Other`] for any other (what `Error::store("postgres", "body", e)` in an
 /// application's own code converts through).
 impl From<&'static str> for Backend {
     fn from(name: &'static str) -> Self {
@@ -142,5 +147,10 @@ mod tests {
         assert_eq!(Backend::Other("x").built_in_index(), None);
         assert_eq!(Backend::from("mysql"), Backend::Mysql);
         assert_eq!(Backend::Mysql.built_in_index(), Some(4));
+        assert_eq!(
+            Backend::from_url("dynamodb://idem_records?region=eu-west-1").unwrap(),
+            Backend::DynamoDb
+        );
+        assert_eq!(Backend::from("dynamodb"), Backend::DynamoDb);
     }
 }

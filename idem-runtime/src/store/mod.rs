@@ -32,6 +32,8 @@ pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
 
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;

@@ -1,0 +1,569 @@
+//! The Amazon DynamoDB store (feature `dynamodb`): one item per key, each protocol step one
+//! conditional request.
+//!
+//! | step | request |
+//! |---|---|
+//! | `claim` | `PutItem` if `attribute_not_exists(pk)`, `ReturnValuesOnConditionCheckFailure = ALL_OLD`; when the item it returns is no longer live, a second `PutItem` if `token = <its token> AND expires_at <= now`, with the next token |
+//! | `complete` | `UpdateItem SET status = 1, value, expires_at, ttl` if `token AND status = 0 AND expires_at > now` |
+//! | `release` | `UpdateItem SET expires_at = now` on the same condition (the item ends and keeps its token) |
+//! | `renew` | `UpdateItem SET expires_at, ttl` on the same condition |
+//! | `get` | `GetItem`, strongly consistent |
+//! | `purge_expired` | `Scan` (filter `expires_at < now`) until `limit` candidates, then `DeleteItem` each if `token AND expires_at < now` |
+//! | `force_release` | `UpdateItem SET expires_at = now` if `expires_at > now`, `ReturnValues = ALL_OLD` |
+//!
+//! A fresh call is two requests (claim, complete), a replay or a duplicate in flight one: the
+//! claim's failed condition returns the live item. Taking over a lapsed or released item costs
+//! one more, since its new token must be [`next_token`] of the old one, which a write cannot
+//! compute from the item it replaces; the second write is conditional on that token, so a
+//! concurrent takeover wins once and the other sees its live item.
+//!
+//! **Clocks.** DynamoDB has no server clock an expression can read: `now` is this process's
+//! clock (UTC milliseconds). Leases and TTLs are therefore judged on each writer's clock. A
+//! client whose clock runs ahead sees a lease lapse early and may take over a claim that is
+//! still running (the body runs a second time, as after a real lapse); one whose clock lags
+//! keeps seeing it live a little longer. Either way it is a matter of timing, never of a double
+//! completion: every write is conditional on the fencing token, so the attempt that lost the
+//! key has its completion refused (`LeaseLost`). Keep clocks within a small fraction of the
+//! lease (NTP does; Lambda's and EC2's clocks are synchronised by AWS).
+//!
+//! **Expiry.** Each item carries `ttl` (epoch seconds, [`TTL_MARGIN_SECS`] past `expires_at`),
+//! and the table is created with TTL enabled on it, so DynamoDB deletes finished items by
+//! itself, free of charge, within a day or two of their end. `purge_expired` is for DynamoDB
+//! Local (which expires nothing) and for operators in a hurry.
+//!
+//! **Waiting** polls `GetItem` with backoff, within the caller's `wait`: DynamoDB Streams would
+//! notify, but need a stream on the table, a shard iterator per shard and a poller per process
+//! (`GetRecords` is itself polled, about every second), which costs more requests and latency
+//! than a duplicate's few reads.
+
+mod error;
+mod inspect;
+mod item;
+mod options;
+mod table;
+
+pub use item::{MAX_ITEM_BYTES, TTL_MARGIN_SECS};
+pub use options::DynamoDbOptions;
+
+use super::{
+    local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store,
+};
+use crate::error::{Error, StoreErrorKind};
+use crate::key::Digest;
+use crate::protocol::{ended_at, is_live, next_token};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use error::{corrupt, sdk_error};
+use item::{b, n, ttl_of, Item, EXPIRES_AT, PK, STATUS, TOKEN, TTL, VALUE, VALUE_SIZE};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const BACKEND: Backend = Backend::DynamoDb;
+/// How many writes a claim makes at most when the item changes under it (taken over, purged)
+/// between its writes.
+pub const CLAIM_ATTEMPTS: usize = 5;
+/// Durations are clamped to this many milliseconds, so `now + ttl` never overflows.
+const MAX_MS: i64 = 1_000_000_000_000_000;
+
+fn ms(d: Duration) -> i64 {
+    millis(d).min(MAX_MS)
+}
+
+/// The condition of `complete`, `release` and `renew`: this token holds the item
+/// ([`crate::protocol::holds`]).
+const HOLDS: &str = "#t = :t AND #s = :running AND #e > :now";
+
+struct Inner {
+    client: Client,
+    table: String,
+    clock_offset_ms: i64,
+}
+
+/// The DynamoDB store behind [`crate::Idem::dynamodb`]. Cheap to clone (clones share one
+/// client).
+#[derive(Clone)]
+pub struct DynamoDbStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DynamoDbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDbStore")
+            .field("table", &self.inner.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The expression attribute names every conditional step uses (`status`, `token`, `value`,
+/// `ttl` are reserved words in DynamoDB expressions).
+fn names(list: &[(&str, &str)]) -> Option<HashMap<String, String>> {
+    Some(
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn values(list: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>) -> Option<Item> {
+    Some(list.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+fn holds_names() -> Option<HashMap<String, String>> {
+    names(&[
+        ("#t", TOKEN),
+        ("#s", STATUS),
+        ("#e", EXPIRES_AT),
+        ("#ttl", TTL),
+    ])
+}
+
+impl DynamoDbStore {
+    /// Opens a store on the table `options` name (default `idem_records`), with the AWS
+    /// environment's region, credentials and endpoint.
+    pub async fn connect(options: DynamoDbOptions) -> Result<DynamoDbStore, Error> {
+        options.connect().await
+    }
+
+    /// A store on the application's own client (its region, credentials, retry and timeout
+    /// settings are the client's; those of `options` are ignored). The table is checked, and
+    /// created when missing unless `options.create_table(false)`.
+    pub async fn from_client(
+        client: Client,
+        options: DynamoDbOptions,
+    ) -> Result<DynamoDbStore, Error> {
+        options.checked()?;
+        table::ensure(&client, &options.table, options.create_table).await?;
+        Ok(DynamoDbStore {
+            inner: Arc::new(Inner {
+                client,
+                table: options.table.clone(),
+                clock_offset_ms: options.clock_offset_ms,
+            }),
+        })
+    }
+
+    /// The client the store runs on.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The table.
+    pub fn table(&self) -> &str {
+        &self.inner.table
+    }
+
+    /// The store's clock: this process's, in milliseconds since the epoch.
+    fn now(&self) -> i64 {
+        local_now_ms().saturating_add(self.inner.clock_offset_ms)
+    }
+
+    async fn claim_now(&self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
+        let client = &self.inner.client;
+        // The token of the item that is there and no longer live, once a write has seen it.
+        let mut previous: Option<u64> = None;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let now = self.now();
+            let token = next_token(previous, now);
+            let expires_at = now.saturating_add(ms(claim.lease));
+            let put = client
+                .put_item()
+                .table_name(&self.inner.table)
+                .set_item(Some(item::claim_item(
+                    claim.key,
+                    claim.name,
+                    claim.fingerprint,
+                    token,
+                    now,
+                    expires_at,
+                )))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            let put = match previous {
+                None => put
+                    .condition_expression("attribute_not_exists(#pk)")
+                    .set_expression_attribute_names(names(&[("#pk", PK)])),
+                Some(old) => put
+                    .condition_expression("#t = :old AND #e <= :now")
+                    .set_expression_attribute_names(names(&[("#t", TOKEN), ("#e", EXPIRES_AT)]))
+                    .set_expression_attribute_values(values(vec![
+                        (":old", n(old)),
+                        (":now", n(now)),
+                    ])),
+            };
+            match put.send().await {
+                Ok(_) => {
+                    // The body runs next, on this worker: one yield moves this task out of
+                    // the worker's LIFO slot, as the other stores do.
+                    tokio::task::yield_now().await;
+                    return Ok(ClaimOutcome::Claimed { token });
+                }
+                Err(e) => {
+                    let old = match e.as_service_error() {
+                        Some(s) if s.is_conditional_check_failed_exception() => match s {
+                            aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
+                            _ => None,
+                        },
+                        _ => return Err(sdk_error("claim", e)),
+                    };
+                    match old {
+                        Some(old) => {
+                            let record = item::record(&old, now, "claim")?;
+                            if is_live(record.expires_at, now) {
+                                return Ok(ClaimOutcome::Existing(record));
+                            }
+                            previous = Some(record.token);
+                        }
+                        // Purged between our writes: claim it as new.
+                        None => previous = None,
+                    }
+                }
+            }
+        }
+        Err(Error::store_kind(
+            BACKEND,
+            "claim",
+            StoreErrorKind::Busy,
+            format!(
+                "the key {} changed under {CLAIM_ATTEMPTS} claims in a row; try again",
+                claim.key
+            ),
+        ))
+    }
+
+    async fn complete_now(&self, done: Complete<'_>) -> Result<bool, Error> {
+        let now = self.now();
+        let name_len = 256; // the namespace is not at hand here; room for a long one
+        if item::completed_size(name_len, done.value.len()) > MAX_ITEM_BYTES {
+            return Err(self.too_large(done.key, done.token, done.value.len()).await);
+        }
+        let expires_at = now.saturating_add(ms(done.ttl));
+        let mut names = holds_names().unwrap_or_default();
+        names.insert("#v".into(), VALUE.into());
+        names.insert("#z".into(), VALUE_SIZE.into());
+        let res = self
+            .inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(item::key_of(done.key)))
+            .update_expression("SET #s = :done, #v = :v, #z = :z, #e = :exp, #ttl = :ttl")
+            .condition_expression(HOLDS)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values(vec![
+                (":t", n(done.token)),
+                (":running", n(Status::InProgress.as_i16())),
+                (":done", n(Status::Completed.as_i16())),
+                (":now", n(now)),
+                (":v", b(done.value)),
+                (":z", n(done.value.len())),
+                (":exp", n(expires_at)),
+                (":ttl", ttl_of(expires_at)),
+            ]))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                        // The SDK retries an attempt whose answer was lost; if the lost one
+                        // had landed, the retry finds our own completion: that is a success.
+                        let ours = match c.item() {
+                            Some(old) => {
+                                item::token_of(old, "complete")? == done.token
+                                    && item::status(old, "complete")? == Status::Completed
+                                    && item::number(old, EXPIRES_AT, "complete")? == expires_at
+                            }
+                            None => false,
+                        };
+                        Ok(ours)
+                    }
+                    _ if error::kind_of(&e) == StoreErrorKind::Capacity => {
+                        Err(self.too_large(done.key, done.token, done.value.len()).await)
+                    }
+                    _ => Err(sdk_error("complete", e)),
+                }
+            }
+        }
+    }
+
+    /// A result too large for an item: the key is released (nothing of the result was
+    /// written), and the call fails with kind `Capacity`.
+    async fn too_large(&self, key: &Digest, token: u64, len: usize) -> Error {
+        if let Err(e) = self.release_now(key, token).await {
+            tracing::warn!(key = %key, token, error = %e,
+                "idem: release after a too-large result failed; the key lapses after its lease");
+        }
+        Error::store_kind(
+            BACKEND,
+            "complete",
+            StoreErrorKind::Capacity,
+            format!(
+                "the result of key {key} is {len} bytes: with its record it exceeds DynamoDB's \
+                 {MAX_ITEM_BYTES}-byte item limit; the key was released. Return less (an id of \
+                 the result stored elsewhere)"
+            ),
+        )
+    }
+
+    /// An `UpdateItem` on `key` conditional on `token` holding it.
+    async fn update_held(
+        &self,
+        op: &'static str,
+        key: &Digest,
+        token: u64,
+        set: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<bool, Error> {
+        let res = self
+            .inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(item::key_of(key)))
+            .update_expression(set)
+            .condition_expression(HOLDS)
+            .set_expression_attribute_names(holds_names())
+            .set_expression_attribute_values(values(vec![
+                (":t", n(token)),
+                (":running", n(Status::InProgress.as_i16())),
+                (":now", n(now)),
+                (":exp", n(expires_at)),
+                (":ttl", ttl_of(expires_at)),
+            ]))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(sdk_error(op, e)),
+        }
+    }
+
+    async fn release_now(&self, key: &Digest, token: u64) -> Result<bool, Error> {
+        let now = self.now();
+        self.update_held(
+            "release",
+            key,
+            token,
+            "SET #e = :exp, #ttl = :ttl",
+            ended_at(now),
+            now,
+        )
+        .await
+    }
+
+    async fn get_now(&self, key: &Digest) -> Result<Option<Record>, Error> {
+        let out = self
+            .inner
+            .client
+            .get_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(item::key_of(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("get", e))?;
+        let now = self.now();
+        match out.item() {
+            Some(it) => {
+                let record = item::record(it, now, "get")?;
+                Ok(is_live(record.expires_at, now).then_some(record))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn purge_now(&self, limit: usize) -> Result<u64, Error> {
+        use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+        let now = self.now();
+        let mut candidates: Vec<(Item, u64)> = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .inner
+                .client
+                .scan()
+                .table_name(&self.inner.table)
+                .projection_expression("#pk, #t, #e")
+                .filter_expression("#e < :now")
+                .set_expression_attribute_names(names(&[
+                    ("#pk", PK),
+                    ("#t", TOKEN),
+                    ("#e", EXPIRES_AT),
+                ]))
+                .set_expression_attribute_values(values(vec![(":now", n(now))]))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk_error("purge_expired", e))?;
+            for it in page.items() {
+                let key = it
+                    .get(PK)
+                    .cloned()
+                    .ok_or_else(|| corrupt("purge_expired", "an item has no key".into()))?;
+                let token = item::token_of(it, "purge_expired")?;
+                candidates.push((HashMap::from([(PK.to_string(), key)]), token));
+            }
+            start = page.last_evaluated_key().cloned();
+            if candidates.len() >= limit || start.is_none() {
+                break;
+            }
+        }
+        candidates.truncate(limit);
+        let mut deleted = 0;
+        // A few deletes in flight at a time: each is one small request.
+        for chunk in candidates.chunks(16) {
+            let runs = chunk.iter().map(|(key, token)| {
+                self.inner
+                    .client
+                    .delete_item()
+                    .table_name(&self.inner.table)
+                    .set_key(Some(key.clone()))
+                    // Only the ended item it saw: not one a claim took over meanwhile.
+                    .condition_expression("#t = :t AND #e < :now")
+                    .set_expression_attribute_names(names(&[("#t", TOKEN), ("#e", EXPIRES_AT)]))
+                    .set_expression_attribute_values(values(vec![
+                        (":t", n(*token)),
+                        (":now", n(now)),
+                    ]))
+                    .send()
+            });
+            for res in futures_util::future::join_all(runs).await {
+                match res {
+                    Ok(_) => deleted += 1,
+                    Err(e)
+                        if matches!(
+                            e.as_service_error(),
+                            Some(DeleteItemError::ConditionalCheckFailedException(_))
+                        ) => {}
+                    Err(e) => return Err(sdk_error("purge_expired", e)),
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn force_release_now(&self, key: &Digest) -> Result<Option<Record>, Error> {
+        let now = self.now();
+        let end = ended_at(now);
+        let res = self
+            .inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(item::key_of(key)))
+            .update_expression("SET #e = :end, #ttl = :ttl")
+            .condition_expression("#e > :now")
+            .set_expression_attribute_names(names(&[("#e", EXPIRES_AT), ("#ttl", TTL)]))
+            .set_expression_attribute_values(values(vec![
+                (":now", n(now)),
+                (":end", n(end)),
+                (":ttl", ttl_of(end)),
+            ]))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await;
+        match res {
+            Ok(out) => out
+                .attributes()
+                .map(|old| item::record(old, now, "force_release"))
+                .transpose(),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(sdk_error("force_release", e)),
+        }
+    }
+
+    /// Polls the item until it is no longer in progress, with backoff, within `timeout`.
+    async fn changed_now(&self, key: &Digest, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            match self.get_now(key).await {
+                Ok(Some(r)) if r.status == Status::InProgress => {}
+                // Completed, released, lapsed; or a failing store, which the caller's next
+                // claim reports.
+                _ => return,
+            }
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Store for DynamoDbStore {
+    fn backend(&self) -> Backend {
+        BACKEND
+    }
+
+    fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(self.claim_now(claim))
+    }
+
+    fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.complete_now(done))
+    }
+
+    fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.release_now(key, token))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            let now = self.now();
+            let expires_at = now.saturating_add(ms(lease));
+            self.update_held(
+                "renew",
+                key,
+                token,
+                "SET #e = :exp, #ttl = :ttl",
+                expires_at,
+                now,
+            )
+            .await
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.get_now(key))
+    }
+
+    fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.purge_now(limit.max(1)))
+    }
+
+    fn changed<'a>(&'a self, key: &'a Digest, timeout: Duration) -> BoxFuture<'a, ()> {
+        Box::pin(self.changed_now(key, timeout))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
+        Box::pin(self.force_release_now(key))
+    }
+}
