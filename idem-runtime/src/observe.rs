@@ -31,6 +31,9 @@ pub(crate) enum Ended {
     Claimed,
     /// A finished attempt's stored result was returned; the body did not run.
     Replayed,
+    /// A finished attempt's result was returned from the handle's local cache, without a
+    /// round trip to the store; the body did not run.
+    Cached,
     /// Another attempt holds the key (after `wait`, if any).
     InProgress,
     /// The key was used with another fingerprint.
@@ -56,6 +59,7 @@ impl Ended {
         match self {
             Ended::Claimed => "claimed",
             Ended::Replayed => "replayed",
+            Ended::Cached => "cached",
             Ended::InProgress => "in-progress",
             Ended::Mismatch => "mismatch",
             Ended::Released => "released",
@@ -307,6 +311,7 @@ impl Drop for Obs {
             ),
             Ended::Claimed
             | Ended::Replayed
+            | Ended::Cached
             | Ended::InProgress
             | Ended::Released
             | Ended::Dropped => tracing::debug!(
