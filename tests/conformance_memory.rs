@@ -24,6 +24,7 @@ mod sealed {
 }
 
 /// Completed results kept in the handle: every scenario passes as without.
+#[cfg(feature = "cache")]
 mod cached {
     async fn open() -> Option<idem::Idem> {
         Some(idem::Idem::memory().with_cache(idem::CacheOptions::new()))

@@ -48,6 +48,7 @@ mod sealed {
 }
 
 /// Completed results kept in the handle.
+#[cfg(feature = "cache")]
 mod cached {
     async fn open() -> Option<idem::Idem> {
         let dir = std::env::temp_dir().join(format!("idem-conformance-{}", std::process::id()));

@@ -7,7 +7,7 @@
 use idem::key::Digest;
 use idem::store::memory::MemoryStore;
 use idem::store::{BoxFuture, Claim, ClaimOutcome, Complete, Record};
-use idem::{Backend, CacheOptions, CodecErrorKind, Error, Idem, Outcome, Store};
+use idem::{Backend, CodecErrorKind, Error, Idem, Outcome, Store};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -344,112 +344,119 @@ mod encryption {
 
 // ---- the local cache -----------------------------------------------------------------------
 
-/// Replays that hit the cache do not reach the store: one claim for the first call, none for
-/// the replays after it (a handle without the cache claims every time).
-#[tokio::test]
-async fn cached_replays_cost_no_round_trip() {
-    let (store, claims) = Counted::new(None);
-    let idem = Idem::from_store(store).with_cache(CacheOptions::new());
-    let runs = AtomicUsize::new(0);
-    call(&idem, "cache", "k", &runs, "v").await.unwrap();
-    for _ in 0..10 {
+#[cfg(feature = "cache")]
+mod cache {
+    use super::*;
+    use idem::CacheOptions;
+
+    /// Replays that hit the cache do not reach the store: one claim for the first call, none for
+    /// the replays after it (a handle without the cache claims every time).
+    #[tokio::test]
+    async fn cached_replays_cost_no_round_trip() {
+        let (store, claims) = Counted::new(None);
+        let idem = Idem::from_store(store).with_cache(CacheOptions::new());
+        let runs = AtomicUsize::new(0);
+        call(&idem, "cache", "k", &runs, "v").await.unwrap();
+        for _ in 0..10 {
+            assert_eq!(
+                call(&idem, "cache", "k", &runs, "x").await.unwrap(),
+                Outcome::Replayed("v".to_owned())
+            );
+        }
+        assert_eq!(claims.load(Ordering::SeqCst), 1);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+        // A handle that finds the result in the store caches it too: one claim, then none.
+        let (store, claims) = Counted::new(None);
+        let writer = Idem::from_store(store);
+        call(&writer, "cache", "k", &runs, "w").await.unwrap();
+        let reader = writer.clone().with_cache(CacheOptions::new());
+        for _ in 0..5 {
+            assert_eq!(
+                call(&reader, "cache", "k", &runs, "x").await.unwrap(),
+                Outcome::Replayed("w".to_owned())
+            );
+        }
         assert_eq!(
-            call(&idem, "cache", "k", &runs, "x").await.unwrap(),
-            Outcome::Replayed("v".to_owned())
+            claims.load(Ordering::SeqCst),
+            2,
+            "the write and the first read"
         );
     }
-    assert_eq!(claims.load(Ordering::SeqCst), 1);
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
 
-    // A handle that finds the result in the store caches it too: one claim, then none.
-    let (store, claims) = Counted::new(None);
-    let writer = Idem::from_store(store);
-    call(&writer, "cache", "k", &runs, "w").await.unwrap();
-    let reader = writer.clone().with_cache(CacheOptions::new());
-    for _ in 0..5 {
-        assert_eq!(
-            call(&reader, "cache", "k", &runs, "x").await.unwrap(),
-            Outcome::Replayed("w".to_owned())
-        );
-    }
-    assert_eq!(
-        claims.load(Ordering::SeqCst),
-        2,
-        "the write and the first read"
-    );
-}
-
-/// Another fingerprint is not served from the cache: the store refuses it as a mismatch.
-#[tokio::test]
-async fn a_cached_key_with_another_fingerprint_goes_to_the_store() {
-    let (store, claims) = Counted::new(None);
-    let idem = Idem::from_store(store).with_cache(CacheOptions::new());
-    let ok = idem
-        .call("fp")
-        .key("k")
-        .fingerprint(&1)
-        .run(async { Ok::<_, Error>(1u8) })
-        .await;
-    assert!(ok.is_ok());
-    let other = idem
-        .call("fp")
-        .key("k")
-        .fingerprint(&2)
-        .run(async { Ok::<_, Error>(2u8) })
-        .await;
-    assert!(matches!(other, Err(Error::Mismatch { .. })), "{other:?}");
-    assert_eq!(claims.load(Ordering::SeqCst), 2);
-}
-
-/// `force_release` on the handle evicts at once; a release that bypasses the handle (another
-/// instance, the CLI) is seen once the maximum age has passed.
-#[tokio::test]
-async fn force_release_evicts_and_max_age_bounds_staleness() {
-    let (store, _) = Counted::new(None);
-    let idem = Idem::from_store(store).with_cache(
-        CacheOptions::new()
-            .max_entries(100)
-            .max_age(Duration::from_millis(300)),
-    );
-    let runs = AtomicUsize::new(0);
-    call(&idem, "evict", "k", &runs, "v1").await.unwrap();
-    let released = idem.force_release(&digest("evict", "k")).await.unwrap();
-    assert!(released.is_some());
-    assert_eq!(
-        call(&idem, "evict", "k", &runs, "v2").await.unwrap(),
-        Outcome::Fresh("v2".to_owned())
-    );
-
-    // Released behind the handle's back: the cached result replays until its maximum age.
-    idem.store()
-        .force_release(&digest("evict", "k"))
-        .await
-        .unwrap();
-    assert_eq!(
-        call(&idem, "evict", "k", &runs, "v3").await.unwrap(),
-        Outcome::Replayed("v2".to_owned())
-    );
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
-        call(&idem, "evict", "k", &runs, "v3").await.unwrap(),
-        Outcome::Fresh("v3".to_owned())
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 3);
-}
-
-/// An entry never outlives its record's TTL, even under a longer maximum age.
-#[tokio::test]
-async fn a_cached_result_expires_with_its_record() {
-    let idem = Idem::memory().with_cache(CacheOptions::new().max_age(Duration::from_secs(3600)));
-    let runs = AtomicUsize::new(0);
-    let once = || {
-        idem.call("ttl")
+    /// Another fingerprint is not served from the cache: the store refuses it as a mismatch.
+    #[tokio::test]
+    async fn a_cached_key_with_another_fingerprint_goes_to_the_store() {
+        let (store, claims) = Counted::new(None);
+        let idem = Idem::from_store(store).with_cache(CacheOptions::new());
+        let ok = idem
+            .call("fp")
             .key("k")
-            .ttl(Duration::from_millis(300))
-            .run(async { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst)) })
-    };
-    assert_eq!(once().await.unwrap(), Outcome::Fresh(0));
-    assert_eq!(once().await.unwrap(), Outcome::Replayed(0));
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(once().await.unwrap(), Outcome::Fresh(1));
+            .fingerprint(&1)
+            .run(async { Ok::<_, Error>(1u8) })
+            .await;
+        assert!(ok.is_ok());
+        let other = idem
+            .call("fp")
+            .key("k")
+            .fingerprint(&2)
+            .run(async { Ok::<_, Error>(2u8) })
+            .await;
+        assert!(matches!(other, Err(Error::Mismatch { .. })), "{other:?}");
+        assert_eq!(claims.load(Ordering::SeqCst), 2);
+    }
+
+    /// `force_release` on the handle evicts at once; a release that bypasses the handle (another
+    /// instance, the CLI) is seen once the maximum age has passed.
+    #[tokio::test]
+    async fn force_release_evicts_and_max_age_bounds_staleness() {
+        let (store, _) = Counted::new(None);
+        let idem = Idem::from_store(store).with_cache(
+            CacheOptions::new()
+                .max_entries(100)
+                .max_age(Duration::from_millis(300)),
+        );
+        let runs = AtomicUsize::new(0);
+        call(&idem, "evict", "k", &runs, "v1").await.unwrap();
+        let released = idem.force_release(&digest("evict", "k")).await.unwrap();
+        assert!(released.is_some());
+        assert_eq!(
+            call(&idem, "evict", "k", &runs, "v2").await.unwrap(),
+            Outcome::Fresh("v2".to_owned())
+        );
+
+        // Released behind the handle's back: the cached result replays until its maximum age.
+        idem.store()
+            .force_release(&digest("evict", "k"))
+            .await
+            .unwrap();
+        assert_eq!(
+            call(&idem, "evict", "k", &runs, "v3").await.unwrap(),
+            Outcome::Replayed("v2".to_owned())
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            call(&idem, "evict", "k", &runs, "v3").await.unwrap(),
+            Outcome::Fresh("v3".to_owned())
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// An entry never outlives its record's TTL, even under a longer maximum age.
+    #[tokio::test]
+    async fn a_cached_result_expires_with_its_record() {
+        let idem =
+            Idem::memory().with_cache(CacheOptions::new().max_age(Duration::from_secs(3600)));
+        let runs = AtomicUsize::new(0);
+        let once = || {
+            idem.call("ttl")
+                .key("k")
+                .ttl(Duration::from_millis(300))
+                .run(async { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst)) })
+        };
+        assert_eq!(once().await.unwrap(), Outcome::Fresh(0));
+        assert_eq!(once().await.unwrap(), Outcome::Replayed(0));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(once().await.unwrap(), Outcome::Fresh(1));
+    }
 }

@@ -1,6 +1,6 @@
 //! `Idem`: a store plus its defaults, cheap to clone, shared by every call.
 
-use crate::cache::{CacheOptions, ResultCache};
+use crate::cache::ResultCache;
 use crate::call::Call;
 use crate::codec::Codec;
 use crate::error::Error;
@@ -178,12 +178,13 @@ impl Idem {
         })
     }
 
-    /// Keeps completed results in this process, bounded by `options`: a replay whose key and
+    /// Keeps completed results in this process (feature `cache`), bounded by `options`: a replay whose key and
     /// fingerprint are cached costs no round trip to the store. An entry never outlives its
     /// record's TTL nor `options`' maximum age; [`Idem::force_release`] on this handle evicts,
     /// but a release by another instance (or the CLI) is seen here only once the entry's
     /// maximum age has passed.
-    pub fn with_cache(self, options: CacheOptions) -> Idem {
+    #[cfg(feature = "cache")]
+    pub fn with_cache(self, options: crate::CacheOptions) -> Idem {
         self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
     }
 

@@ -31,6 +31,7 @@ mod transaction;
 #[path = "private.rs"]
 pub mod __private;
 
+#[cfg(feature = "cache")]
 pub use cache::CacheOptions;
 pub use call::{step, Call, Outcome};
 pub use codec::{describe_value, DEFAULT_MAX_VALUE_LEN};
