@@ -34,6 +34,7 @@ pub fn idem(args: &[&str]) -> Run {
         .env_remove("IDEM_URL")
         .env_remove("IDEM_TABLE")
         .env_remove("IDEM_REDIS_PREFIX")
+        .env_remove("IDEM_KEYRING")
         .output()
         .expect("the idem binary runs");
     Run {
