@@ -7,6 +7,9 @@
 //! callsite check. The call ends with one event: DEBUG for the ordinary outcomes, INFO for a
 //! mismatch (a client reusing a key), WARN for the failures an operator acts on.
 //!
+//! A replay served by the handle's local cache (feature `cache`) ends with the outcome `cached`
+//! instead of `replayed`: it made no round trip to the store.
+//!
 //! With the cargo feature `metrics` the same outcomes feed the `metrics` facade:
 //! `idem_calls_total{name, outcome}`, `idem_store_latency_seconds{backend, op}`,
 //! `idem_live_claims` (set by the reaper) and `idem_reaper_purged_total`.
