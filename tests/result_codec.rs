@@ -460,3 +460,41 @@ mod cache {
         assert_eq!(once().await.unwrap(), Outcome::Fresh(1));
     }
 }
+
+// ---- keyed digests -------------------------------------------------------------------------
+
+/// With a digest secret, calls run and replay as ever, the store holds HMAC digests (not the
+/// SHA-256 a reader could recompute from a guessed key), and a handle with another secret
+/// does not find the key.
+#[cfg(feature = "keyed-digests")]
+#[tokio::test]
+async fn keyed_digests_hide_guessable_keys() {
+    use idem::key::DigestSecret;
+    let store = Idem::memory();
+    let keyed = store
+        .clone()
+        .with_digest_secret(DigestSecret::new(&[0x5a; 32]).unwrap());
+    let runs = AtomicUsize::new(0);
+    call(&keyed, "orders", "1001", &runs, "v").await.unwrap();
+    assert_eq!(
+        call(&keyed, "orders", "1001", &runs, "x").await.unwrap(),
+        Outcome::Replayed("v".to_owned())
+    );
+    assert_eq!(
+        store.store().get(&digest("orders", "1001")).await.unwrap(),
+        None,
+        "the unkeyed digest of a guessed key finds nothing"
+    );
+    let hmac = DigestSecret::new(&[0x5a; 32]).unwrap().key_digest(
+        "orders",
+        None,
+        &idem::key::canonical("1001").unwrap(),
+    );
+    assert!(store.store().get(&hmac).await.unwrap().is_some());
+    let other = store.with_digest_secret(DigestSecret::new(&[0x5b; 32]).unwrap());
+    assert_eq!(
+        call(&other, "orders", "1001", &runs, "w").await.unwrap(),
+        Outcome::Fresh("w".to_owned())
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

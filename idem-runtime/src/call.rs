@@ -158,7 +158,11 @@ impl Call {
             Some(idem) => idem,
             None => Idem::installed().ok_or_else(not_installed)?,
         };
-        let (key, fingerprint) = self.parts.digests(&self.name)?;
+        let (key, fingerprint) = self.parts.digests(
+            &self.name,
+            #[cfg(feature = "keyed-digests")]
+            idem.digest_secret(),
+        )?;
         let defaults = *idem.defaults();
         // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
         let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);

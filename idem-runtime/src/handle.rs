@@ -34,6 +34,9 @@ struct Inner {
     codec: Codec,
     /// Completed results kept in this process ([`Idem::with_cache`]).
     cache: Option<Arc<ResultCache>>,
+    /// Keys and fingerprints digested with HMAC-SHA256 under this secret.
+    #[cfg(feature = "keyed-digests")]
+    digest_secret: Option<Arc<crate::key::DigestSecret>>,
 }
 
 static INSTALLED: RwLock<Option<Idem>> = RwLock::new(None);
@@ -122,6 +125,8 @@ impl Idem {
                 defaults,
                 codec,
                 cache: None,
+                #[cfg(feature = "keyed-digests")]
+                digest_secret: None,
             }),
         }
     }
@@ -186,6 +191,22 @@ impl Idem {
     #[cfg(feature = "cache")]
     pub fn with_cache(self, options: crate::CacheOptions) -> Idem {
         self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
+    }
+
+    /// Digests keys and fingerprints with HMAC-SHA256 under `secret` instead of SHA-256
+    /// (feature `keyed-digests`), so that someone who reads the store cannot confirm a guessed
+    /// key by hashing it. Every instance on a store must use the same secret; a handle with
+    /// another secret (or none) does not find the keys, and runs their bodies again. The CLI
+    /// finds such records by `--digest` (the hex of `current_key()`).
+    #[cfg(feature = "keyed-digests")]
+    pub fn with_digest_secret(self, secret: crate::key::DigestSecret) -> Idem {
+        self.reconfigured(|inner| inner.digest_secret = Some(Arc::new(secret)))
+    }
+
+    /// The secret keys and fingerprints are digested under, if any.
+    #[cfg(feature = "keyed-digests")]
+    pub(crate) fn digest_secret(&self) -> Option<&crate::key::DigestSecret> {
+        self.inner.digest_secret.as_deref()
     }
 
     /// How this handle stores results.
