@@ -127,8 +127,7 @@ impl Codec {
         #[cfg(feature = "compression")]
         if let Some(above) = self.compress_above {
             if body.len() > above {
-                // Level 3, zstd's default: most of the ratio at a fraction of the cost.
-                let packed = zstd::bulk::compress(&body, 3).map_err(|e| {
+                let packed = zstd_ctx::compress(&body).map_err(|e| {
                     codec_error(CodecErrorKind::Encode, type_name, format!("zstd: {e}"))
                 })?;
                 // Incompressible data (already compressed, random) stays as it was.
@@ -236,23 +235,74 @@ pub(crate) fn sealed_key_id(body: &[u8]) -> Option<&str> {
 
 #[cfg(feature = "compression")]
 fn decompress(type_name: &'static str, body: &[u8]) -> Result<Vec<u8>, Error> {
-    use std::io::Read;
-    let corrupt =
-        |e: std::io::Error| codec_error(CodecErrorKind::Corrupt, type_name, format!("zstd: {e}"));
-    let mut out = Vec::new();
-    zstd::stream::read::Decoder::with_buffer(body)
-        .map_err(corrupt)?
-        .take(MAX_DECOMPRESSED as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(corrupt)?;
-    if out.len() > MAX_DECOMPRESSED {
+    let corrupt = |m: String| codec_error(CodecErrorKind::Corrupt, type_name, format!("zstd: {m}"));
+    // The frames idem writes carry their content size: the output is allocated once, exactly,
+    // and a frame that claims more than the bound is refused before anything is allocated.
+    let size = match zstd::zstd_safe::get_frame_content_size(body) {
+        Ok(Some(size)) => size,
+        Ok(None) => return Err(corrupt("the frame does not say its size".into())),
+        Err(_) => return Err(corrupt("not a zstd frame".into())),
+    };
+    if size > MAX_DECOMPRESSED as u64 {
         return Err(codec_error(
             CodecErrorKind::Corrupt,
             type_name,
             format!("the value decompresses to more than {MAX_DECOMPRESSED} bytes"),
         ));
     }
+    let out = zstd_ctx::decompress(body, size as usize).map_err(|e| corrupt(e.to_string()))?;
+    if out.len() as u64 != size {
+        return Err(corrupt("the frame is shorter than it says".into()));
+    }
     Ok(out)
+}
+
+/// One compression and one decompression context per thread: creating a context allocates
+/// hundreds of kilobytes, which cost more than compressing a small JSON value.
+#[cfg(feature = "compression")]
+mod zstd_ctx {
+    use std::cell::RefCell;
+    use std::io;
+
+    /// Level 3, zstd's default: most of the ratio at a fraction of the cost.
+    const LEVEL: i32 = 3;
+
+    thread_local! {
+        static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { RefCell::new(None) };
+        static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
+        COMPRESSOR.with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return zstd::bulk::compress(data, LEVEL);
+            };
+            if c.is_none() {
+                *c = Some(zstd::bulk::Compressor::new(LEVEL)?);
+            }
+            match c.as_mut() {
+                Some(c) => c.compress(data),
+                None => zstd::bulk::compress(data, LEVEL),
+            }
+        })
+    }
+
+    pub(super) fn decompress(data: &[u8], size: usize) -> io::Result<Vec<u8>> {
+        DECOMPRESSOR.with(|d| {
+            let Ok(mut d) = d.try_borrow_mut() else {
+                return zstd::bulk::decompress(data, size);
+            };
+            if d.is_none() {
+                *d = Some(zstd::bulk::Decompressor::new()?);
+            }
+            match d.as_mut() {
+                Some(d) => d.decompress(data, size),
+                None => zstd::bulk::decompress(data, size),
+            }
+        })
+    }
 }
 
 #[cfg(not(feature = "compression"))]
