@@ -531,3 +531,24 @@ async fn codec_error_and_invalid_key_are_warnings_without_values() {
     assert_eq!(warn.fields["idem.outcome"], "invalid");
     assert_no_secrets();
 }
+
+/// A replay served by the handle's local cache is the outcome `cached`, with no store time.
+#[cfg(feature = "cache")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_replay_is_its_own_outcome() {
+    capture();
+    let idem = Idem::memory().with_cache(idem::CacheOptions::new());
+    let name = "trace.cached";
+    for _ in 0..2 {
+        idem.call(name)
+            .key("SECRET-KEY-7777")
+            .run(async { Ok::<_, Error>(1u32) })
+            .await
+            .unwrap();
+    }
+    let spans = spans(name);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert_call_span(&spans[0].1, "memory", "claimed");
+    assert_call_span(&spans[1].1, "memory", "cached");
+    assert_eq!(field(&spans[1].1, "idem.store_latency_us"), "0");
+}

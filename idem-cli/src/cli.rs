@@ -51,6 +51,9 @@ pub(crate) enum Command {
         /// Also print the stored result
         #[arg(long)]
         value: bool,
+        /// Decrypt an encrypted result with these keys: id:HEX,id:HEX (64 hex digits each)
+        #[arg(long, env = "IDEM_KEYRING", hide_env_values = true, requires = "value")]
+        keyring: Option<String>,
     },
     /// List live records, oldest claim first
     List {

@@ -32,7 +32,11 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
     };
     match cli.command {
         Command::Migrate => migrate(&ctx).await,
-        Command::Show { key, value } => show(&ctx, &key, value).await,
+        Command::Show {
+            key,
+            value,
+            keyring,
+        } => show(&ctx, &key, value, keyring.as_deref()).await,
         Command::List {
             name,
             status,
@@ -109,7 +113,16 @@ async fn migrate(ctx: &Ctx) -> Result<String, Failure> {
     Ok(render::migrated(&m, ctx.json))
 }
 
-async fn show(ctx: &Ctx, k: &KeyArgs, with_value: bool) -> Result<String, Failure> {
+async fn show(
+    ctx: &Ctx,
+    k: &KeyArgs,
+    with_value: bool,
+    keyring: Option<&str>,
+) -> Result<String, Failure> {
+    let keyring = keyring
+        .map(idem::Keyring::parse)
+        .transpose()
+        .map_err(|e| Failure::usage(format!("--keyring: {e}")))?;
     let key = Named::from_args(k)?;
     let store = ctx.open().await?;
     let missing = || {
@@ -122,11 +135,15 @@ async fn show(ctx: &Ctx, k: &KeyArgs, with_value: bool) -> Result<String, Failur
         ))
     };
     let r = ctx.live_record(store.as_ref(), &key, missing).await?;
+    let value = with_value.then(|| match &keyring {
+        Some(ring) => admin::open_value_with(&r, ring),
+        None => admin::open_value(&r),
+    });
     Ok(render::record(
         &r,
         &key.digest,
         shown_key(k),
-        with_value,
+        value,
         ctx.json,
     ))
 }

@@ -5,7 +5,9 @@ use crate::format::{human, ms, table, utc};
 use idem::admin::{self, KeyInfo, Migrated, Stat, State, StoredValue};
 use idem::key::Digest;
 use idem::store::{Backend, Record, Status};
+use idem::CodecErrorKind;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 
 /// A JSON document, pretty-printed, with its final newline.
 pub(crate) fn doc(v: Value) -> String {
@@ -37,8 +39,19 @@ fn info_json(i: &KeyInfo) -> Value {
     })
 }
 
-/// The stored result, as JSON (`{"ok": …}` / `{"err": …}`) and as text.
-fn value_of(bytes: &[u8]) -> (Value, String) {
+/// The stored result, as JSON (`{"ok": …}` / `{"err": …}`, `{"encrypted": …}` for a value
+/// whose key was not given) and as text.
+fn value_of(opened: &Result<Cow<'_, [u8]>, idem::Error>) -> (Value, String) {
+    let bytes = match opened {
+        Ok(bytes) => bytes,
+        Err(idem::Error::Codec(e)) if e.kind == CodecErrorKind::UnknownKey => {
+            return (
+                json!({"encrypted": e.message}),
+                format!("encrypted: {} (pass --keyring or IDEM_KEYRING)", e.message),
+            )
+        }
+        Err(e) => return (json!({"unreadable": e.to_string()}), e.to_string()),
+    };
     match admin::stored_value(bytes) {
         Ok(StoredValue::Ok(j)) => {
             let v = serde_json::from_slice(j).unwrap_or(Value::Null);
@@ -109,14 +122,17 @@ pub(crate) fn record(
     r: &Record,
     digest: &Digest,
     key: String,
-    with_value: bool,
+    value: Option<Result<Cow<'_, [u8]>, idem::Error>>,
     json: bool,
 ) -> String {
     if json {
         let mut v = info_json(&KeyInfo::from(r));
         v["why"] = Value::String(explain(r));
-        if with_value {
-            v["value"] = r.value.as_deref().map_or(Value::Null, |b| value_of(b).0);
+        if let Some(opened) = &value {
+            v["value"] = match r.value {
+                Some(_) => value_of(opened).0,
+                None => Value::Null,
+            };
         }
         return doc(v);
     }
@@ -152,10 +168,8 @@ pub(crate) fn record(
             format!("{} bytes", v.len())
         }),
     ));
-    if with_value {
-        if let Some(v) = &r.value {
-            rows.push(("value", value_of(v).1));
-        }
+    if let (Some(opened), Some(_)) = (&value, &r.value) {
+        rows.push(("value", value_of(opened).1));
     }
     let mut out = String::new();
     for (k, v) in rows {

@@ -375,3 +375,74 @@ async fn show_and_release_by_name_and_digest() {
     cli.run(&["show", "refunds.v1", "--digest", &logged])
         .expect(1);
 }
+
+/// `show --value` of an encrypted result: "encrypted" (with its key id) without the keyring,
+/// the value with `--keyring`; a bad keyring is a usage error.
+#[test]
+fn show_value_decrypts_with_the_keyring() {
+    let db = db();
+    let key = "42".repeat(32);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ring = idem::Keyring::parse(&format!("k1:{key}")).unwrap();
+        let idem = idem::Idem::sqlite(&db.url)
+            .await
+            .unwrap()
+            .with_encryption(ring);
+        complete(
+            &idem,
+            "charges.v1",
+            "order-9",
+            4242,
+            Duration::from_secs(3600),
+        )
+        .await;
+    });
+    let cli = Cli::new(&db.url);
+    let sealed = cli
+        .run(&["show", "charges.v1", "order-9", "--value"])
+        .expect(0);
+    assert!(sealed.stdout.contains("encrypted"), "{sealed:#?}");
+    assert!(sealed.stdout.contains("`k1`"), "{sealed:#?}");
+    assert!(!sealed.stdout.contains("4242"), "{sealed:#?}");
+    let doc = cli
+        .run(&["--json", "show", "charges.v1", "order-9", "--value"])
+        .expect(0)
+        .json();
+    assert!(doc["value"]["encrypted"].is_string(), "{doc:#}");
+    let ring = format!("k1:{key}");
+    let open = cli
+        .run(&[
+            "--json",
+            "show",
+            "charges.v1",
+            "order-9",
+            "--value",
+            "--keyring",
+            &ring,
+        ])
+        .expect(0)
+        .json();
+    assert_eq!(open["value"]["ok"], 4242);
+    let wrong = format!("k1:{}", "00".repeat(32));
+    let text = cli
+        .run(&[
+            "show",
+            "charges.v1",
+            "order-9",
+            "--value",
+            "--keyring",
+            &wrong,
+        ])
+        .expect(0);
+    assert!(text.stdout.contains("does not decrypt"), "{text:#?}");
+    cli.run(&[
+        "show",
+        "charges.v1",
+        "order-9",
+        "--value",
+        "--keyring",
+        "k1:zz",
+    ])
+    .expect(2);
+}

@@ -45,6 +45,32 @@ pub enum StoredValue<'a> {
     Err(&'a [u8]),
 }
 
+/// The encoded (format-1) result inside a record's stored value, decompressed (feature
+/// `compression`); split it with [`stored_value`]. An encrypted value is [`Error::Codec`] of
+/// kind [`UnknownKey`](crate::CodecErrorKind::UnknownKey): see [`open_value_with`].
+pub fn open_value(record: &crate::store::Record) -> Result<std::borrow::Cow<'_, [u8]>, Error> {
+    open_with_codec(&codec::Codec::new(None), record)
+}
+
+/// [`open_value`], decrypting with `keyring` (feature `encryption`).
+#[cfg(feature = "encryption")]
+pub fn open_value_with<'a>(
+    record: &'a crate::store::Record,
+    keyring: &crate::Keyring,
+) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
+    let mut opener = codec::Codec::new(None);
+    opener.keyring = Some(std::sync::Arc::new(keyring.clone()));
+    open_with_codec(&opener, record)
+}
+
+fn open_with_codec<'a>(
+    opener: &codec::Codec,
+    record: &'a crate::store::Record,
+) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
+    let stored = record.value.as_deref().unwrap_or_default();
+    opener.open("value", &record.name, &record.key, stored)
+}
+
 /// Splits a stored result into its kind and JSON; `Error::Codec` when it is not a value this
 /// version of idem wrote.
 pub fn stored_value(bytes: &[u8]) -> Result<StoredValue<'_>, Error> {

@@ -10,7 +10,7 @@ use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
 use crate::protocol::{self, Decision};
-use crate::store::{Claim, Complete, Store};
+use crate::store::{Claim, ClaimOutcome, Complete, Store};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::Future;
@@ -158,7 +158,11 @@ impl Call {
             Some(idem) => idem,
             None => Idem::installed().ok_or_else(not_installed)?,
         };
-        let (key, fingerprint) = self.parts.digests(&self.name)?;
+        let (key, fingerprint) = self.parts.digests(
+            &self.name,
+            #[cfg(feature = "keyed-digests")]
+            idem.digest_secret(),
+        )?;
         let defaults = *idem.defaults();
         // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
         let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);
@@ -316,6 +320,14 @@ impl Prepared {
         P: ErrorPolicy<E>,
     {
         obs.prepared(exec.backend(), &self.key);
+        if let Some(cache) = self.idem.cache() {
+            // A completed result kept in this process, stored under this very fingerprint:
+            // replayed without asking the store. Anything else (a miss, another fingerprint)
+            // goes to the store, which decides.
+            if let Some(plain) = cache.get(&self.key, &self.fingerprint) {
+                return Begun::Done(replay(obs, policy, &plain, into_err, Ended::Cached));
+            }
+        }
         loop {
             let claim = Claim {
                 name: &self.name,
@@ -324,12 +336,21 @@ impl Prepared {
                 lease: self.lease,
             };
             let sent = Instant::now();
-            let decision = match obs.store("claim", exec.claim(claim)).await {
-                Ok(outcome) => protocol::decide(outcome, &self.fingerprint),
+            let (decision, mut remaining) = match obs.store("claim", exec.claim(claim)).await {
+                Ok(outcome) => {
+                    let remaining = match &outcome {
+                        ClaimOutcome::Existing(record) => Some(record.remaining()),
+                        ClaimOutcome::Claimed { .. } => None,
+                    };
+                    (protocol::decide(outcome, &self.fingerprint), remaining)
+                }
                 Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
             };
             let decision = match (decision, self.wait, exec.leased()) {
                 (Decision::InProgress { .. }, Some(wait), Some(store)) => {
+                    // The claim's record was the attempt in flight: its remaining time is
+                    // its lease, not the TTL of the result waited for, which is not cached.
+                    remaining = None;
                     match wait_for(store, self, obs, Instant::now() + wait).await {
                         Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
                         Waited::Decided(decision) => decision,
@@ -343,7 +364,21 @@ impl Prepared {
                     obs.claimed(token);
                     return Begun::Run { token, sent };
                 }
-                Decision::Replay(bytes) => replay(obs, policy, &bytes, into_err),
+                Decision::Replay(bytes) => match self.open::<T>(&bytes) {
+                    Ok(plain) => {
+                        if let (Some(cache), Some(remaining)) = (self.idem.cache(), remaining) {
+                            cache.put(
+                                self.key,
+                                self.fingerprint,
+                                &plain,
+                                sent.into_std(),
+                                remaining,
+                            );
+                        }
+                        replay(obs, policy, &plain, into_err, Ended::Replayed)
+                    }
+                    Err(e) => Err(fail(obs, e, into_err)),
+                },
                 Decision::Mismatch => Err(fail(obs, self.mismatch(), into_err)),
                 Decision::InProgress { retry_after } => {
                     Err(fail(obs, self.in_progress(retry_after), into_err))
@@ -383,18 +418,37 @@ impl Prepared {
         P: ErrorPolicy<E>,
     {
         let (keep, result) = match result {
-            Ok(value) => (codec::encode_ok(&value), Ok(Outcome::Fresh(value))),
+            Ok(value) => {
+                let sealed = codec::encode_ok(&value).and_then(|plain| self.seal::<T>(plain));
+                (sealed, Ok(Outcome::Fresh(value)))
+            }
             Err(error) => match policy.on_error(&error) {
                 OnError::Release => {
                     self.release(exec, obs, token, held).await;
                     obs.done(Ended::Released);
                     return Err(error);
                 }
-                OnError::Keep => (policy.encode(&error), Err(error)),
+                OnError::Keep => {
+                    let sealed = policy
+                        .encode(&error)
+                        .and_then(|plain| self.seal::<E>(plain));
+                    (sealed, Err(error))
+                }
             },
         };
         let stored = match keep {
-            Ok(bytes) => self.complete(exec, obs, token, held, &bytes).await,
+            Ok((bytes, plain)) => {
+                let sent = std::time::Instant::now();
+                let stored = self.complete(exec, obs, token, held, &bytes).await;
+                // Only a result the store holds for good is cached: not one completed inside a
+                // caller's transaction, which may yet roll back.
+                if let (Ok(()), Some(cache), Some(plain), Some(_)) =
+                    (&stored, self.idem.cache(), plain, exec.leased())
+                {
+                    cache.put(self.key, self.fingerprint, &plain, sent, self.ttl);
+                }
+                stored
+            }
             Err(e) => {
                 // Nothing can be stored, so nothing could be replayed: free the key.
                 self.release(exec, obs, token, held).await;
@@ -408,6 +462,25 @@ impl Prepared {
             }
             Err(e) => Err(fail(obs, e, into_err)),
         }
+    }
+
+    /// The bytes to store for an encoded result of type `V` (compressed, encrypted and checked
+    /// against the size limit as the handle says), and the encoded result itself when the
+    /// handle caches results.
+    fn seal<V>(&self, plain: Vec<u8>) -> Result<(Vec<u8>, Option<Vec<u8>>), Error> {
+        let keep = self.idem.cache().map(|_| plain.clone());
+        let stored =
+            self.idem
+                .codec()
+                .seal(std::any::type_name::<V>(), &self.name, &self.key, plain)?;
+        Ok((stored, keep))
+    }
+
+    /// The encoded result inside a stored value (decrypted, decompressed).
+    fn open<'a, T>(&self, stored: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
+        self.idem
+            .codec()
+            .open(std::any::type_name::<T>(), &self.name, &self.key, stored)
     }
 
     fn mismatch(&self) -> Error {
@@ -488,21 +561,23 @@ impl Prepared {
     }
 }
 
+/// Decodes an encoded (opened) result; `ended` says where it came from (the store, the cache).
 fn replay<T, E, P>(
     obs: &mut Obs,
     policy: &P,
-    bytes: &[u8],
+    plain: &[u8],
     into_err: fn(Error) -> E,
+    ended: Ended,
 ) -> Result<Outcome<T>, E>
 where
     T: DeserializeOwned,
     P: ErrorPolicy<E>,
 {
-    let decoded = codec::decode_result::<T, E>(bytes, |json| policy.decode(json))
+    let decoded = codec::decode_result::<T, E>(plain, |json| policy.decode(json))
         .map(|result| result.map(Outcome::Replayed));
     match decoded {
         Ok(replayed) => {
-            obs.done(Ended::Replayed);
+            obs.done(ended);
             replayed
         }
         Err(e) => Err(fail(obs, e, into_err)),

@@ -312,6 +312,17 @@ pub enum CodecErrorKind {
     /// The stored bytes are not a value this version of idem wrote (corrupt, or written by a
     /// newer format version).
     Corrupt,
+    /// The result, as it would be stored (after compression and encryption), is larger than the
+    /// handle's or the store's limit ([`crate::Idem::with_max_value_len`],
+    /// [`crate::Store::max_value_len`]): nothing was stored and the key was released.
+    TooLarge,
+    /// The stored value is encrypted with a key id that is not in the handle's keyring (rotated
+    /// out, or no keyring configured). The body does not run.
+    UnknownKey,
+    /// The stored value is encrypted with a key of the ring but does not decrypt: it was
+    /// tampered with, or moved to another key or namespace (the ciphertext is bound to both).
+    /// The body does not run.
+    Decrypt,
 }
 
 /// A result that could not be encoded or a stored value that could not be decoded.
@@ -331,6 +342,11 @@ impl fmt::Display for CodecError {
             CodecErrorKind::Encode => "could not encode a result of type",
             CodecErrorKind::TypeChanged => "stored result does not decode into",
             CodecErrorKind::Corrupt => "stored result is corrupt or of an unknown format, expected",
+            CodecErrorKind::TooLarge => "result too large to store, of type",
+            CodecErrorKind::UnknownKey => {
+                "stored result is encrypted with an unknown key, expected"
+            }
+            CodecErrorKind::Decrypt => "stored result does not decrypt, expected",
         };
         write!(
             f,

@@ -1,11 +1,14 @@
 //! `Idem`: a store plus its defaults, cheap to clone, shared by every call.
 
+use crate::cache::ResultCache;
 use crate::call::Call;
+use crate::codec::Codec;
 use crate::error::Error;
+use crate::key::Digest;
 use crate::observe;
 use crate::policy::Defaults;
 use crate::store::memory::MemoryStore;
-use crate::store::Store;
+use crate::store::{Record, Store};
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -19,6 +22,7 @@ pub struct Idem {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Arc<dyn Store>,
     /// The same store, for the engine to find a concrete store type where it needs one (the
@@ -26,6 +30,13 @@ struct Inner {
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     any: Arc<dyn std::any::Any + Send + Sync>,
     defaults: Defaults,
+    /// What a result goes through on its way to the store and back.
+    codec: Codec,
+    /// Completed results kept in this process ([`Idem::with_cache`]).
+    cache: Option<Arc<ResultCache>>,
+    /// Keys and fingerprints digested with HMAC-SHA256 under this secret.
+    #[cfg(feature = "keyed-digests")]
+    digest_secret: Option<Arc<crate::key::DigestSecret>>,
 }
 
 static INSTALLED: RwLock<Option<Idem>> = RwLock::new(None);
@@ -35,6 +46,8 @@ impl std::fmt::Debug for Idem {
         f.debug_struct("Idem")
             .field("store", &self.inner.store.backend())
             .field("defaults", &self.inner.defaults)
+            .field("codec", &self.inner.codec)
+            .field("cache", &self.inner.cache)
             .finish()
     }
 }
@@ -119,14 +132,132 @@ impl Idem {
     /// A handle on any [`Store`] with its own defaults for calls that set none.
     pub fn with_defaults(store: impl Store, defaults: Defaults) -> Idem {
         let store = Arc::new(store);
+        let codec = Codec::new(store.max_value_len());
         Idem {
             inner: Arc::new(Inner {
                 #[cfg(any(feature = "postgres", feature = "mysql"))]
                 any: store.clone(),
                 store,
                 defaults,
+                codec,
+                cache: None,
+                #[cfg(feature = "keyed-digests")]
+                digest_secret: None,
             }),
         }
+    }
+
+    /// This handle with one setting changed: a new handle on the same store (handles made
+    /// from this one before keep their settings, so configure at start-up).
+    fn reconfigured(self, change: impl FnOnce(&mut Inner)) -> Idem {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        change(&mut inner);
+        Idem {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Encrypts the results this handle stores with the newest key of `keyring`
+    /// (XChaCha20-Poly1305, bound to the key's digest and namespace) and decrypts stored ones
+    /// with whichever key of the ring sealed them; plain records written before still read. A
+    /// stored value that does not decrypt is [`Error::Codec`] (kinds
+    /// [`CodecErrorKind::UnknownKey`](crate::CodecErrorKind::UnknownKey) and
+    /// [`CodecErrorKind::Decrypt`](crate::CodecErrorKind::Decrypt)); the body does not run.
+    /// Feature `encryption`.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem;
+    /// let ring = idem::Keyring::new("2026-12", [0x42; 32])?; // from a secret store in practice
+    /// let idem = idem::Idem::memory().with_encryption(ring);
+    /// # Ok::<_, idem::Error>(())
+    /// ```
+    #[cfg(feature = "encryption")]
+    pub fn with_encryption(self, keyring: crate::Keyring) -> Idem {
+        self.reconfigured(|inner| inner.codec.keyring = Some(Arc::new(keyring)))
+    }
+
+    /// Compresses with zstd the results whose encoding is longer than `above` bytes (tagged in
+    /// the stored value, so records written with and without it all read). Feature
+    /// `compression`.
+    #[cfg(feature = "compression")]
+    pub fn with_compression(self, above: usize) -> Idem {
+        self.reconfigured(|inner| inner.codec.compress_above = Some(above))
+    }
+
+    /// Refuses results larger than `max` bytes as stored (after compression and encryption):
+    /// such a call fails with [`Error::Codec`] of kind
+    /// [`CodecErrorKind::TooLarge`](crate::CodecErrorKind::TooLarge) and its key is released,
+    /// nothing written. The default is [`crate::DEFAULT_MAX_VALUE_LEN`], or the store's own
+    /// limit ([`Store::max_value_len`]) when lower; a `max` above the store's limit is
+    /// lowered to it.
+    pub fn with_max_value_len(self, max: usize) -> Idem {
+        self.reconfigured(|inner| {
+            inner.codec.max_len = inner
+                .store
+                .max_value_len()
+                .map_or(max, |store_max| store_max.min(max));
+        })
+    }
+
+    /// Keeps completed results in this process (feature `cache`), bounded by `options`: a replay whose key and
+    /// fingerprint are cached costs no round trip to the store. An entry never outlives its
+    /// record's TTL nor `options`' maximum age; [`Idem::force_release`] on this handle evicts,
+    /// but a release by another instance (or the CLI) is seen here only once the entry's
+    /// maximum age has passed.
+    #[cfg(feature = "cache")]
+    pub fn with_cache(self, options: crate::CacheOptions) -> Idem {
+        self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
+    }
+
+    /// Digests keys and fingerprints with HMAC-SHA256 under `secret` instead of SHA-256
+    /// (feature `keyed-digests`), so that someone who reads the store cannot confirm a guessed
+    /// key by hashing it. Every instance on a store must use the same secret; a handle with
+    /// another secret (or none) does not find the keys, and runs their bodies again. The CLI
+    /// finds such records by `--digest` (the hex of `current_key()`).
+    #[cfg(feature = "keyed-digests")]
+    pub fn with_digest_secret(self, secret: crate::key::DigestSecret) -> Idem {
+        self.reconfigured(|inner| inner.digest_secret = Some(Arc::new(secret)))
+    }
+
+    /// The secret keys and fingerprints are digested under, if any.
+    #[cfg(feature = "keyed-digests")]
+    pub(crate) fn digest_secret(&self) -> Option<&crate::key::DigestSecret> {
+        self.inner.digest_secret.as_deref()
+    }
+
+    /// How this handle stores results.
+    pub(crate) fn codec(&self) -> &Codec {
+        &self.inner.codec
+    }
+
+    /// This handle's local cache, if it has one.
+    pub(crate) fn cache(&self) -> Option<&ResultCache> {
+        self.inner.cache.as_deref()
+    }
+
+    /// A record's stored value as text for an operator, decrypted with this handle's keyring
+    /// (see [`crate::describe_value`]); a value that does not open says why.
+    pub fn describe_value(&self, record: &Record) -> String {
+        let Some(stored) = record.value.as_deref() else {
+            return "no value".into();
+        };
+        match self
+            .codec()
+            .open("value", &record.name, &record.key, stored)
+        {
+            Ok(plain) => crate::codec::describe_plain(&plain),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// An operator's release ([`Store::force_release`]) that also evicts the key from this
+    /// handle's cache. Returns the record as it was, or `None` when the key had no live record.
+    pub async fn force_release(&self, key: &Digest) -> Result<Option<Record>, Error> {
+        let released = self.store().force_release(key).await;
+        if let Some(cache) = self.cache() {
+            cache.evict(key);
+        }
+        released
     }
 
     /// Makes this handle the process-wide default, used by `#[idempotent]` functions without

@@ -131,16 +131,7 @@ pub fn canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeErro
 pub fn key_digest(namespace: &str, scope: Option<&[u8]>, key: &[u8]) -> Digest {
     let mut h = Sha256::new();
     h.update(DOMAIN_KEY);
-    h.update((namespace.len() as u64).to_be_bytes());
-    h.update(namespace.as_bytes());
-    match scope {
-        None => h.update([tag::NONE]),
-        Some(scope) => {
-            h.update([tag::SOME]);
-            h.update(scope);
-        }
-    }
-    h.update(key);
+    key_parts(|b| h.update(b), namespace, scope, key);
     Digest(h.finalize().into())
 }
 
@@ -150,6 +141,90 @@ pub fn fingerprint_digest(encoded: &[u8]) -> Digest {
     h.update(DOMAIN_FINGERPRINT);
     h.update(encoded);
     Digest(h.finalize().into())
+}
+
+/// What follows the domain tag in a key's digest, keyed or not.
+fn key_parts(mut update: impl FnMut(&[u8]), namespace: &str, scope: Option<&[u8]>, key: &[u8]) {
+    update(&(namespace.len() as u64).to_be_bytes());
+    update(namespace.as_bytes());
+    match scope {
+        None => update(&[tag::NONE]),
+        Some(scope) => {
+            update(&[tag::SOME]);
+            update(scope);
+        }
+    }
+    update(key);
+}
+
+/// Keyed digests (feature `keyed-digests`): HMAC-SHA256 under a secret in place of SHA-256, so
+/// that someone who reads the store cannot confirm a guessed low-entropy key (an order number)
+/// by hashing it. The same canonical encoding under new domain tags (`v2-hmac`): a keyed digest
+/// never equals an unkeyed one.
+///
+/// ```
+/// # extern crate idem_runtime as idem;
+/// let secret = idem::key::DigestSecret::new(&[0x5a; 32])?;
+/// let idem = idem::Idem::memory().with_digest_secret(secret);
+/// # Ok::<_, idem::Error>(())
+/// ```
+#[cfg(feature = "keyed-digests")]
+#[derive(Clone)]
+pub struct DigestSecret(hmac::Hmac<Sha256>);
+
+#[cfg(feature = "keyed-digests")]
+impl fmt::Debug for DigestSecret {
+    /// Never the secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DigestSecret(..)")
+    }
+}
+
+/// Domain tag of keyed call keys (HMAC-SHA256), version 2.
+#[cfg(feature = "keyed-digests")]
+const DOMAIN_KEY_HMAC: &[u8] = b"idem\0key\0v2-hmac\0";
+/// Domain tag of keyed fingerprints (HMAC-SHA256), version 2.
+#[cfg(feature = "keyed-digests")]
+const DOMAIN_FINGERPRINT_HMAC: &[u8] = b"idem\0fp\0v2-hmac\0";
+/// The shortest secret accepted: 128 bits.
+#[cfg(feature = "keyed-digests")]
+pub const MIN_DIGEST_SECRET_LEN: usize = 16;
+
+#[cfg(feature = "keyed-digests")]
+impl DigestSecret {
+    /// A secret of at least [`MIN_DIGEST_SECRET_LEN`] bytes (32 random bytes is right); a
+    /// shorter one is [`crate::Error::Config`]. Every instance sharing a store must use the
+    /// same secret, and changing it changes every key (records under the old one are not
+    /// found: the bodies run again).
+    pub fn new(secret: &[u8]) -> Result<DigestSecret, crate::Error> {
+        use hmac::Mac as _;
+        if secret.len() < MIN_DIGEST_SECRET_LEN {
+            return Err(crate::Error::config(format!(
+                "the digest secret must be at least {MIN_DIGEST_SECRET_LEN} bytes"
+            )));
+        }
+        hmac::Hmac::<Sha256>::new_from_slice(secret)
+            .map(DigestSecret)
+            .map_err(|e| crate::Error::config(format!("the digest secret: {e}")))
+    }
+
+    /// [`key_digest`] under this secret.
+    pub fn key_digest(&self, namespace: &str, scope: Option<&[u8]>, key: &[u8]) -> Digest {
+        use hmac::Mac as _;
+        let mut m = self.0.clone();
+        m.update(DOMAIN_KEY_HMAC);
+        key_parts(|b| m.update(b), namespace, scope, key);
+        Digest(m.finalize().into_bytes().into())
+    }
+
+    /// [`fingerprint_digest`] under this secret.
+    pub fn fingerprint_digest(&self, encoded: &[u8]) -> Digest {
+        use hmac::Mac as _;
+        let mut m = self.0.clone();
+        m.update(DOMAIN_FINGERPRINT_HMAC);
+        m.update(encoded);
+        Digest(m.finalize().into_bytes().into())
+    }
 }
 
 struct Canon<'a> {
@@ -556,7 +631,12 @@ impl KeyParts {
 
     /// The key's and the fingerprint's digests in namespace `name` (the fingerprint defaults
     /// to the key), or the error a builder kept, or `Config` when no key was given.
-    pub(crate) fn digests(&mut self, name: &str) -> Result<(Digest, Digest), crate::Error> {
+    /// With `secret` (feature `keyed-digests`), keyed digests instead.
+    pub(crate) fn digests(
+        &mut self,
+        name: &str,
+        #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
+    ) -> Result<(Digest, Digest), crate::Error> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -564,9 +644,17 @@ impl KeyParts {
             .key
             .as_deref()
             .ok_or_else(|| crate::Error::Config(format!("idempotent call {name} has no key")))?;
+        let fingerprint = self.fingerprint.as_deref().unwrap_or(key);
+        #[cfg(feature = "keyed-digests")]
+        if let Some(secret) = secret {
+            return Ok((
+                secret.key_digest(name, self.scope.as_deref(), key),
+                secret.fingerprint_digest(fingerprint),
+            ));
+        }
         Ok((
             key_digest(name, self.scope.as_deref(), key),
-            fingerprint_digest(self.fingerprint.as_deref().unwrap_or(key)),
+            fingerprint_digest(fingerprint),
         ))
     }
 }
@@ -658,6 +746,41 @@ mod tests {
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Pins the keyed digests (HMAC-SHA256 under the secret 0x5a × 32). The vectors were
+    /// computed independently with Python's `hmac` over the documented layout: the domain tag
+    /// `idem\0key\0v2-hmac\0` (or `idem\0fp\0v2-hmac\0`), then what the unkeyed digest hashes.
+    #[cfg(feature = "keyed-digests")]
+    #[test]
+    fn keyed_golden_vectors() {
+        let secret = DigestSecret::new(&[0x5a; 32]).unwrap();
+        let k1 = canonical("k-1").unwrap();
+        let tenant = canonical("tenant-7").unwrap();
+        assert_eq!(
+            secret.key_digest("charge", None, &k1).to_hex(),
+            "855050c1001afce73c2a09e0eea1d04c6aaef40533f4d3a4fc2947d78cd57e27"
+        );
+        assert_eq!(
+            secret.key_digest("charges.v1", Some(&tenant), &k1).to_hex(),
+            "14de621d46f38dbe0471ad1939763b22fc378aebf41e027519fd2166a5c6a8eb"
+        );
+        assert_eq!(
+            secret.fingerprint_digest(&k1).to_hex(),
+            "6aad37d8ffb8f371fa28c1218753d832df9905c64144cf4f7bdf395c5bc3f835"
+        );
+        // Never the unkeyed digest; another secret, another digest; a short secret refused.
+        assert_ne!(
+            secret.key_digest("charge", None, &k1).to_hex(),
+            digest_of("charge", None, "k-1")
+        );
+        let other = DigestSecret::new(&[0x5b; 32]).unwrap();
+        assert_ne!(
+            other.key_digest("charge", None, &k1),
+            secret.key_digest("charge", None, &k1)
+        );
+        assert!(DigestSecret::new(&[1; 15]).unwrap_err().is_config());
+        assert_eq!(format!("{secret:?}"), "DigestSecret(..)");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod admin;
+mod cache;
 mod call;
 mod codec;
 mod context;
@@ -30,8 +31,12 @@ mod transaction;
 #[path = "private.rs"]
 pub mod __private;
 
+#[cfg(feature = "cache")]
+pub use cache::CacheOptions;
 pub use call::{step, Call, Outcome};
-pub use codec::describe_value;
+pub use codec::{describe_value, DEFAULT_MAX_VALUE_LEN};
+#[cfg(feature = "encryption")]
+pub use codec::{Keyring, MAX_KEY_ID_LEN};
 pub use context::{current_key, current_token};
 pub use error::{
     BoxError, CodecError, CodecErrorKind, Error, ErrorKind, StoreError, StoreErrorKind,

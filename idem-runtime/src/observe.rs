@@ -7,6 +7,9 @@
 //! callsite check. The call ends with one event: DEBUG for the ordinary outcomes, INFO for a
 //! mismatch (a client reusing a key), WARN for the failures an operator acts on.
 //!
+//! A replay served by the handle's local cache (feature `cache`) ends with the outcome `cached`
+//! instead of `replayed`: it made no round trip to the store.
+//!
 //! With the cargo feature `metrics` the same outcomes feed the `metrics` facade:
 //! `idem_calls_total{name, outcome}`, `idem_store_latency_seconds{backend, op}`,
 //! `idem_live_claims` (set by the reaper) and `idem_reaper_purged_total`.
@@ -31,6 +34,9 @@ pub(crate) enum Ended {
     Claimed,
     /// A finished attempt's stored result was returned; the body did not run.
     Replayed,
+    /// A finished attempt's result was returned from the handle's local cache, without a
+    /// round trip to the store; the body did not run.
+    Cached,
     /// Another attempt holds the key (after `wait`, if any).
     InProgress,
     /// The key was used with another fingerprint.
@@ -56,6 +62,7 @@ impl Ended {
         match self {
             Ended::Claimed => "claimed",
             Ended::Replayed => "replayed",
+            Ended::Cached => "cached",
             Ended::InProgress => "in-progress",
             Ended::Mismatch => "mismatch",
             Ended::Released => "released",
@@ -307,6 +314,7 @@ impl Drop for Obs {
             ),
             Ended::Claimed
             | Ended::Replayed
+            | Ended::Cached
             | Ended::InProgress
             | Ended::Released
             | Ended::Dropped => tracing::debug!(

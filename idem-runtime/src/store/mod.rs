@@ -194,6 +194,14 @@ pub trait Store: Send + Sync + 'static {
     /// Bounded so that it never holds the backend for long: call it in a loop to drain.
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>>;
 
+    /// The largest value this store can hold, in bytes, if it has a limit of its own below
+    /// [`crate::DEFAULT_MAX_VALUE_LEN`] (DynamoDB's item limit, say). A handle refuses a larger
+    /// result before it reaches the store ([`crate::CodecErrorKind::TooLarge`], key released).
+    /// The default: no limit of its own.
+    fn max_value_len(&self) -> Option<usize> {
+        None
+    }
+
     /// Resolves when the record of `key` may have changed (completed or released), or after
     /// `timeout`. A store without notifications polls: the default sleeps a short interval.
     fn changed<'a>(&'a self, key: &'a Digest, timeout: Duration) -> BoxFuture<'a, ()> {

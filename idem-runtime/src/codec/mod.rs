@@ -8,6 +8,15 @@
 use crate::error::{CodecError, CodecErrorKind, Error};
 use serde::{de::DeserializeOwned, Serialize};
 
+mod envelope;
+#[cfg(feature = "encryption")]
+mod seal;
+
+pub(crate) use envelope::Codec;
+pub use envelope::DEFAULT_MAX_VALUE_LEN;
+#[cfg(feature = "encryption")]
+pub use seal::{Keyring, MAX_KEY_ID_LEN};
+
 /// Format version written in the first byte of every stored value.
 pub(crate) const FORMAT_V1: u8 = 1;
 const KIND_OK: u8 = b'o';
@@ -55,7 +64,8 @@ pub(crate) fn split<T>(bytes: &[u8]) -> Result<Stored<'_>, Error> {
         [FORMAT_V1, KIND_OK, rest @ ..] => Ok(Stored::Ok(rest)),
         [FORMAT_V1, KIND_ERR, rest @ ..] => Ok(Stored::Err(rest)),
         [format, ..] if *format != FORMAT_V1 => Err(corrupt::<T>(format!(
-            "format version {format}, this version of idem reads {FORMAT_V1}"
+            "format version {format}, this version of idem reads {FORMAT_V1} and {}",
+            envelope::FORMAT_SEALED
         ))),
         _ => Err(corrupt::<T>("unknown value kind".into())),
     }
@@ -124,8 +134,15 @@ pub fn encode_stored<T: Serialize, E: Serialize>(result: &Result<T, E>) -> Resul
     }
 }
 
-/// The stored value as JSON text, for operators (the CLI's `--value`).
+/// The stored value as JSON text, for operators (the CLI's `--value`): `Ok(…)` or `Err(…)`; a
+/// compressed value decompressed (feature `compression`); an encrypted one as
+/// `encrypted (key id …)` (see [`crate::Idem::describe_value`], which decrypts).
 pub fn describe_value(bytes: &[u8]) -> String {
+    envelope::describe_sealed(bytes).unwrap_or_else(|| describe_plain(bytes))
+}
+
+/// A format-1 value as JSON text.
+pub(crate) fn describe_plain(bytes: &[u8]) -> String {
     match split::<()>(bytes) {
         Ok(Stored::Ok(json)) => format!("Ok({})", String::from_utf8_lossy(json)),
         Ok(Stored::Err(json)) => format!("Err({})", String::from_utf8_lossy(json)),
