@@ -441,6 +441,20 @@ async fn a_failing_publisher_is_retried_then_dead_lettered(url: String) {
     }
     assert_eq!(ok.ids(), vec!["after-the-dead".to_string()]);
     assert_eq!(s.count(2).await, 1, "the dead letter is kept");
+    let stats = s.outbox.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.delivered, stats.dead), (0, 2, 1));
+    assert_eq!(stats.oldest_pending, None);
+
+    // An operator re-queues the dead letter: delivered on the next round.
+    assert_eq!(s.outbox.retry_dead(Some("dies")).await.unwrap(), 1);
+    assert_eq!(s.outbox.stats().await.unwrap().pending, 1);
+    assert!(s.outbox.stats().await.unwrap().oldest_pending.is_some());
+    Relay::deliver_once(&s.outbox, &ok, &options).await.unwrap();
+    assert_eq!(
+        ok.ids(),
+        vec!["after-the-dead".to_string(), "dies".to_string()]
+    );
+    assert_eq!(s.outbox.retry_dead(None).await.unwrap(), 0);
     s.cleanup().await;
 }
 

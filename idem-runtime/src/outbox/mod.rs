@@ -52,6 +52,7 @@ use sha2::{Digest as _, Sha256};
 use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The outbox table on a PostgreSQL database: enqueue messages on a caller's transaction,
 /// start relays on it. Cheap to clone.
@@ -198,6 +199,67 @@ impl Outbox {
             },
         })
     }
+}
+
+impl Outbox {
+    /// What is in the outbox now: for metrics (pending, oldest pending age, dead letters) and
+    /// operators.
+    pub async fn stats(&self) -> Result<OutboxStats, Error> {
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE status = {pending}), \
+                    count(*) FILTER (WHERE status = {delivered}), \
+                    count(*) FILTER (WHERE status = {dead}), \
+                    (extract(epoch FROM now() - min(created_at) FILTER (WHERE status = {pending})) \
+                     * 1000)::bigint \
+             FROM {t}",
+            pending = schema::PENDING,
+            delivered = schema::DELIVERED,
+            dead = schema::DEAD,
+            t = self.records()
+        );
+        let (pending, delivered, dead, oldest): (i64, i64, i64, Option<i64>) = sqlx::query_as(&sql)
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(|e| pg_error("outbox.stats", e))?;
+        Ok(OutboxStats {
+            pending: pending as u64,
+            delivered: delivered as u64,
+            dead: dead as u64,
+            oldest_pending: oldest.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// Puts dead letters back in the queue with their attempts reset: the one with id `id`, or
+    /// every one (`None`). Returns how many. The relays pick them up at their next round.
+    pub async fn retry_dead(&self, id: Option<&str>) -> Result<u64, Error> {
+        let sql = format!(
+            "UPDATE {t} SET status = {pending}, attempts = 0, next_attempt_at = now(), \
+             last_error = NULL WHERE status = {dead} AND ($1::text IS NULL OR id = $1)",
+            t = self.records(),
+            pending = schema::PENDING,
+            dead = schema::DEAD,
+        );
+        let done = sqlx::query(&sql)
+            .bind(id)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| pg_error("outbox.retry", e))?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// What is in an outbox ([`Outbox::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutboxStats {
+    /// Messages waiting for delivery (including those backing off after a failure).
+    pub pending: u64,
+    /// Delivered messages not yet purged.
+    pub delivered: u64,
+    /// Dead letters: failed `max_attempts` times.
+    pub dead: u64,
+    /// How long the oldest pending message has waited since it was enqueued.
+    pub oldest_pending: Option<Duration>,
 }
 
 /// What [`Outbox::enqueue`] did.
