@@ -396,6 +396,7 @@ impl Prepared {
             idem: self.idem.clone(),
             scope: self.scope.clone(),
             ttl: self.ttl,
+            enqueued: Default::default(),
         }
     }
 

@@ -2,6 +2,8 @@
 
 use crate::handle::Idem;
 use crate::key::Digest;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The call a body is running in.
@@ -13,6 +15,9 @@ pub(crate) struct CallContext {
     pub(crate) idem: Idem,
     pub(crate) scope: Option<Vec<u8>>,
     pub(crate) ttl: Duration,
+    /// How many outbox messages this attempt enqueued so far: the next one's position, which
+    /// with `key` makes its id (the same on every retry, since a retry starts again at 0).
+    pub(crate) enqueued: Arc<AtomicU32>,
 }
 
 tokio::task_local! {
@@ -35,4 +40,13 @@ pub fn current_token() -> Option<u64> {
 /// The call the current body runs in, for steps to nest under.
 pub(crate) fn current() -> Option<CallContext> {
     CURRENT.try_with(|c| c.clone()).ok()
+}
+
+/// Inside an idempotent call: the call's key and the position of the next message it enqueues
+/// in an outbox (0, 1, 2, … in the order of the body's `enqueue`s).
+#[cfg_attr(not(feature = "outbox"), allow(dead_code))]
+pub(crate) fn next_position() -> Option<(Digest, u32)> {
+    CURRENT
+        .try_with(|c| (c.key, c.enqueued.fetch_add(1, Ordering::Relaxed)))
+        .ok()
 }

@@ -19,6 +19,8 @@ pub mod http;
 pub mod key;
 mod lease;
 mod observe;
+#[cfg(feature = "outbox")]
+pub mod outbox;
 mod policy;
 pub mod protocol;
 pub mod store;

@@ -174,6 +174,25 @@ pub const PG_SERVER: PgServerPrograms = PgServerPrograms;
 /// No requirement.
 pub const ANYWHERE: Anywhere = Anywhere;
 
+/// Two needs at once: its tests take both givens (`async fn(String, String)` for two [`Url`]s).
+#[derive(Debug, Clone, Copy)]
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Need, B: Need> Need for Both<A, B> {
+    type Given = (A::Given, B::Given);
+
+    fn check(&self) -> Result<Self::Given, String> {
+        match (self.0.check(), self.1.check()) {
+            (Ok(a), Ok(b)) => Ok((a, b)),
+            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+            (Err(why), _) | (_, Err(why)) => Err(why),
+        }
+    }
+}
+
+/// PostgreSQL and NATS JetStream, for the outbox's end-to-end tests. Its tests take both URLs.
+pub const POSTGRES_AND_NATS: Both<Url, Url> = Both(POSTGRES, NATS);
+
 /// An `async fn` test of a group whose need gives it `G`: `async fn(String)` for a [`Url`],
 /// `async fn()` otherwise.
 pub trait AsyncTest<G>: Send + 'static {
@@ -188,6 +207,16 @@ where
 {
     fn start(self, url: String) -> Pin<Box<dyn Future<Output = ()>>> {
         Box::pin(self(url))
+    }
+}
+
+impl<F, Fut> AsyncTest<(String, String)> for F
+where
+    F: FnOnce(String, String) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    fn start(self, (a, b): (String, String)) -> Pin<Box<dyn Future<Output = ()>>> {
+        Box::pin(self(a, b))
     }
 }
 

@@ -39,7 +39,7 @@
 mod inspect;
 mod listen;
 mod options;
-mod schema;
+pub(crate) mod schema;
 mod statements;
 pub(crate) mod tx;
 

@@ -146,14 +146,14 @@ pub(crate) fn current_version<'a>(
     })
 }
 
-fn newer(t: &Table, version: SchemaVersion) -> Error {
+fn newer(t: &Table, version: SchemaVersion, latest: SchemaVersion) -> Error {
     Error::store_kind(
         BACKEND,
         "open",
         StoreErrorKind::SchemaNewer,
         format!(
             "the idem table {} is at schema version {version}, newer than this version of idem \
-         understands ({SCHEMA_VERSION}); it was upgraded by a newer release: upgrade idem, or \
+         understands ({latest}); it was upgraded by a newer release: upgrade idem, or \
          point this deployment at another table",
             t.display
         ),
@@ -168,10 +168,24 @@ pub(crate) fn ensure<'a>(
     apply: bool,
     up_to: SchemaVersion,
 ) -> BoxFuture<'a, Result<SchemaVersion, Error>> {
+    ensure_with(conn, t, apply, up_to, migrations(t))
+}
+
+/// [`ensure`] for any list of versioned migrations of a table of ours (the records table's, or
+/// an integration's such as the outbox's): the same version table, lock and error messages.
+/// `list` is in order; its last version is what the code writes and reads.
+pub(crate) fn ensure_with<'a>(
+    conn: &'a mut PgConnection,
+    t: &'a Table,
+    apply: bool,
+    up_to: SchemaVersion,
+    list: Vec<Migration>,
+) -> BoxFuture<'a, Result<SchemaVersion, Error>> {
     Box::pin(async move {
+        let latest = list.last().map_or(0, |m| m.version);
         let found = current_version(conn, t).await?;
-        if found > SCHEMA_VERSION {
-            return Err(newer(t, found));
+        if found > latest {
+            return Err(newer(t, found, latest));
         }
         if found >= up_to {
             return Ok(found);
@@ -187,7 +201,7 @@ pub(crate) fn ensure<'a>(
                     StoreErrorKind::SchemaOutdated,
                     format!(
                         "the idem table {} is at schema version {found}, this version of idem \
-                         needs {SCHEMA_VERSION}",
+                         needs {latest}",
                         t.display
                     ),
                 )
@@ -222,10 +236,10 @@ pub(crate) fn ensure<'a>(
         run_ddl(&mut tx, t, who.as_ref(), &create_versions).await?;
         // Under the lock: what another process may have applied meanwhile.
         let now = current_version(&mut tx, t).await?;
-        if now > SCHEMA_VERSION {
-            return Err(newer(t, now));
+        if now > latest {
+            return Err(newer(t, now, latest));
         }
-        for m in migrations(t)
+        for m in list
             .into_iter()
             .filter(|m| m.version > now && m.version <= up_to)
         {

@@ -1,0 +1,496 @@
+//! The transactional outbox against a real PostgreSQL: what a transaction enqueues is sent if
+//! and only if it commits, a retried call enqueues once, relays share the work and keep the
+//! order of each key, a failing publisher is retried and then dead-lettered.
+
+mod pg_common;
+
+use idem::outbox::{Delivery, Message, Outbox, Publisher, Relay, RelayOptions};
+use idem::store::postgres::{PostgresOptions, PostgresStore};
+use idem::{idempotent, BoxError, Error, Idem};
+use pg_common::*;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What a publisher was handed: (relay name, delivery).
+#[derive(Clone, Default)]
+struct Recorder {
+    name: &'static str,
+    seen: Arc<Mutex<Vec<(&'static str, Delivery)>>>,
+    /// Fail the first this-many publishes.
+    fail_first: Arc<AtomicUsize>,
+}
+
+impl Publisher for Recorder {
+    fn publish<'a>(
+        &'a self,
+        message: &'a Delivery,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
+        Box::pin(async move {
+            let failing = self
+                .fail_first
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Err("the broker said no".into());
+            }
+            self.seen.lock().unwrap().push((self.name, message.clone()));
+            Ok(())
+        })
+    }
+}
+
+impl Recorder {
+    fn named(name: &'static str, seen: &Arc<Mutex<Vec<(&'static str, Delivery)>>>) -> Self {
+        Recorder {
+            name,
+            seen: seen.clone(),
+            fail_first: Default::default(),
+        }
+    }
+    fn ids(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, d)| d.id.clone())
+            .collect()
+    }
+}
+
+struct Setup {
+    admin: PgPool,
+    outbox: Outbox,
+    table: String,
+}
+
+async fn setup(url: &str) -> Setup {
+    let admin = admin(url).await;
+    let table = unique_table("obx");
+    let outbox = Outbox::with_table(admin.clone(), &table)
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    Setup {
+        admin,
+        outbox,
+        table,
+    }
+}
+
+impl Setup {
+    async fn count(&self, status: i16) -> i64 {
+        sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM \"{}\" WHERE status = $1",
+            self.table
+        ))
+        .bind(status)
+        .fetch_one(&self.admin)
+        .await
+        .unwrap()
+    }
+    async fn all(&self) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\"", self.table))
+            .fetch_one(&self.admin)
+            .await
+            .unwrap()
+    }
+    /// Waits until `n` messages are delivered (the relays run in the background).
+    async fn until_delivered(&self, n: i64) {
+        for _ in 0..3000 {
+            if self.count(1).await >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{n} messages were not delivered within 30 s");
+    }
+    async fn cleanup(self) {
+        drop_table(&self.admin, &self.table).await;
+    }
+}
+
+/// A rolled-back transaction sends nothing; a committed one is delivered with its payload,
+/// topic, ordering key and headers.
+async fn only_committed_messages_are_sent(url: String) {
+    let s = setup(&url).await;
+    let publisher = Recorder::default();
+    let options = RelayOptions::default();
+
+    let mut tx = s.admin.begin().await.unwrap();
+    s.outbox
+        .enqueue(
+            &mut tx,
+            Message::new("orders.placed", b"rolled back".to_vec()),
+        )
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        Relay::deliver_once(&s.outbox, &publisher, &options)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(publisher.ids().is_empty());
+
+    let mut tx = s.admin.begin().await.unwrap();
+    let enqueued = s
+        .outbox
+        .enqueue(
+            &mut tx,
+            Message::json("orders.placed", &serde_json::json!({"order": 42}))
+                .unwrap()
+                .ordering_key("order-42")
+                .header("trace", "t-1"),
+        )
+        .await
+        .unwrap();
+    assert!(enqueued.new);
+    // Not committed yet: invisible to the relay.
+    assert_eq!(
+        Relay::deliver_once(&s.outbox, &publisher, &options)
+            .await
+            .unwrap(),
+        0
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        Relay::deliver_once(&s.outbox, &publisher, &options)
+            .await
+            .unwrap(),
+        1
+    );
+    let seen = publisher.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let d = &seen[0].1;
+    assert_eq!(d.id, enqueued.id);
+    assert_eq!(d.topic, "orders.placed");
+    assert_eq!(d.ordering_key, "order-42");
+    assert_eq!(d.payload, br#"{"order":42}"#);
+    assert_eq!(d.headers["trace"], "t-1");
+    assert_eq!(d.headers["content-type"], "application/json");
+    assert_eq!(d.attempt, 1);
+    // Delivered: not sent again.
+    assert_eq!(
+        Relay::deliver_once(&s.outbox, &publisher, &options)
+            .await
+            .unwrap(),
+        0
+    );
+    s.cleanup().await;
+}
+
+/// A connection outside a transaction is refused: the message would commit on its own.
+async fn enqueue_outside_a_transaction_is_refused(url: String) {
+    let s = setup(&url).await;
+    let mut conn = s.admin.acquire().await.unwrap();
+    let err = s
+        .outbox
+        .enqueue(&mut conn, Message::new("t", Vec::new()))
+        .await
+        .unwrap_err();
+    assert!(err.is_config(), "{err:?}");
+    assert_eq!(s.all().await, 0);
+    assert!(Outbox::with_table(s.admin.clone(), "bad;name")
+        .unwrap_err()
+        .is_config());
+    s.cleanup().await;
+}
+
+static ATTEMPTS: AtomicUsize = AtomicUsize::new(0);
+
+/// An ordinary idempotent call whose body commits its own transaction with two messages and
+/// then fails: the retry runs the body again and enqueues the same two ids, so nothing twice.
+#[idempotent(key = order, store = idem, skip(outbox))]
+async fn place_and_fail_once(
+    order: &str,
+    idem: &Idem,
+    outbox: &Outbox,
+) -> Result<Vec<bool>, Error> {
+    let db = |e| Error::store("postgres", "body", e);
+    let mut tx = outbox.pool().begin().await.map_err(db)?;
+    let a = outbox
+        .enqueue(
+            &mut tx,
+            Message::new("orders.placed", order.as_bytes().to_vec()),
+        )
+        .await?;
+    let b = outbox
+        .enqueue(
+            &mut tx,
+            Message::new("orders.audit", order.as_bytes().to_vec()),
+        )
+        .await?;
+    tx.commit().await.map_err(db)?;
+    if ATTEMPTS.fetch_add(1, Ordering::SeqCst) == 0 {
+        // The crash window: the messages are committed, the call is not finished.
+        return Err(Error::Config("crashed after the commit".into()));
+    }
+    Ok(vec![a.new, b.new])
+}
+
+/// The transactional mode: the messages commit with the idempotency record.
+#[idempotent(transaction = tx, key = order, store = idem, skip(outbox))]
+async fn place_in_tx(
+    order: &str,
+    idem: &Idem,
+    outbox: &Outbox,
+    tx: &mut Transaction<'_, Postgres>,
+) -> Result<String, Error> {
+    let m = outbox
+        .enqueue(
+            &mut *tx,
+            Message::new("orders.placed", order.as_bytes().to_vec()).name("placed"),
+        )
+        .await?;
+    Ok(m.id)
+}
+
+async fn a_retried_call_enqueues_once(url: String) {
+    let s = setup(&url).await;
+    let records = unique_table("obxrec");
+    let store: PostgresStore = PostgresOptions::from_url(&url)
+        .unwrap()
+        .table(&records)
+        .connect()
+        .await
+        .unwrap();
+    let idem = Idem::from_store(store.clone());
+
+    let first = place_and_fail_once("o-1", &idem, &s.outbox).await;
+    assert!(first.is_err());
+    assert_eq!(s.all().await, 2);
+    let again = place_and_fail_once("o-1", &idem, &s.outbox).await.unwrap();
+    assert_eq!(
+        again,
+        vec![false, false],
+        "the retry's messages were already there"
+    );
+    assert_eq!(s.all().await, 2, "a retried call enqueues once");
+    // Another logical call: other ids.
+    place_and_fail_once("o-2", &idem, &s.outbox).await.unwrap();
+    assert_eq!(s.all().await, 4);
+
+    // The transactional mode: a rolled-back attempt leaves nothing, the committed one a
+    // message whose id does not depend on the attempt; the replay enqueues nothing.
+    let mut tx = store.pool().begin().await.unwrap();
+    let rolled = place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(s.all().await, 4);
+    let mut tx = store.pool().begin().await.unwrap();
+    let id = place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        id, rolled,
+        "the id is the logical call's, not the attempt's"
+    );
+    let mut tx = store.pool().begin().await.unwrap();
+    assert_eq!(
+        place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap(),
+        id
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(s.all().await, 5);
+
+    drop_table(&s.admin, &records).await;
+    s.cleanup().await;
+}
+
+/// Two relays on one outbox: every message published exactly once (nothing crashed), and
+/// the messages of each key in the order they were enqueued.
+async fn two_relays_share_the_work_in_order(url: String) {
+    let s = setup(&url).await;
+    const KEYS: usize = 8;
+    const PER_KEY: usize = 25;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let options = RelayOptions::default().batch(4);
+    let a = Relay::start(&s.outbox, Recorder::named("a", &seen), options.clone());
+    let b = Relay::start(&s.outbox, Recorder::named("b", &seen), options);
+
+    // Producers in parallel, one per key, each message its own transaction.
+    let mut producers = Vec::new();
+    for k in 0..KEYS {
+        let outbox = s.outbox.clone();
+        producers.push(tokio::spawn(async move {
+            for i in 0..PER_KEY {
+                let mut tx = outbox.pool().begin().await.unwrap();
+                outbox
+                    .enqueue(
+                        &mut tx,
+                        Message::new("t", format!("{i}").into_bytes())
+                            .ordering_key(format!("key-{k}"))
+                            .id(format!("m-{k}-{i}")),
+                    )
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    let total = (KEYS * PER_KEY) as i64;
+    s.until_delivered(total).await;
+    let (sa, sb) = (a.stats(), b.stats());
+    a.stop().await;
+    b.stop().await;
+
+    let seen = seen.lock().unwrap().clone();
+    let mut times: HashMap<String, usize> = HashMap::new();
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for (_, d) in &seen {
+        *times.entry(d.id.clone()).or_default() += 1;
+        let i: i64 = String::from_utf8(d.payload.clone())
+            .unwrap()
+            .parse()
+            .unwrap();
+        let prev = last.insert(d.ordering_key.clone(), i).unwrap_or(-1);
+        assert_eq!(
+            i,
+            prev + 1,
+            "key {} out of order: {prev} then {i}",
+            d.ordering_key
+        );
+    }
+    assert_eq!(times.len(), KEYS * PER_KEY);
+    assert!(
+        times.values().all(|n| *n == 1),
+        "a message was published twice"
+    );
+    assert_eq!(sa.delivered + sb.delivered, total as u64, "{sa:?} {sb:?}");
+    println!(
+        "relay a delivered {}, relay b {}",
+        sa.delivered, sb.delivered
+    );
+    s.cleanup().await;
+}
+
+/// A publisher that fails is retried with back-off; after `max_attempts` the message is dead
+/// and the next message of its key goes out.
+async fn a_failing_publisher_is_retried_then_dead_lettered(url: String) {
+    let s = setup(&url).await;
+    let options = RelayOptions::default()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(1), Duration::from_millis(1));
+    let publisher = Recorder::default();
+    publisher.fail_first.store(2, Ordering::SeqCst);
+
+    let enqueue = |ids: &'static [&'static str]| {
+        let (pool, outbox) = (s.admin.clone(), s.outbox.clone());
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            for id in ids {
+                outbox
+                    .enqueue(
+                        &mut tx,
+                        Message::new("t", Vec::new()).ordering_key("k").id(*id),
+                    )
+                    .await
+                    .unwrap();
+            }
+            tx.commit().await.unwrap();
+        }
+    };
+    enqueue(&["recovers"]).await;
+
+    // Two failures, then "recovers" goes out on its third attempt.
+    while s.count(1).await == 0 {
+        Relay::deliver_once(&s.outbox, &publisher, &options)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seen = publisher.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].1.id, "recovers");
+    assert_eq!(seen[0].1.attempt, 3);
+
+    // "dies" fails every time: dead after 3 attempts, with the last error kept; meanwhile
+    // the next message of its key waits.
+    enqueue(&["dies", "after-the-dead"]).await;
+    let always = Recorder::default();
+    always.fail_first.store(usize::MAX, Ordering::SeqCst);
+    while s.count(2).await == 0 {
+        Relay::deliver_once(&s.outbox, &always, &options)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (attempts, error): (i32, String) = sqlx::query_as(&format!(
+        "SELECT attempts, last_error FROM \"{}\" WHERE id = 'dies' AND status = 2",
+        s.table
+    ))
+    .fetch_one(&s.admin)
+    .await
+    .unwrap();
+    assert_eq!(attempts, 3);
+    assert_eq!(error, "the broker said no");
+
+    // The dead letter no longer holds its key back.
+    let ok = Recorder::default();
+    while s.count(1).await < 2 {
+        Relay::deliver_once(&s.outbox, &ok, &options).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(ok.ids(), vec!["after-the-dead".to_string()]);
+    assert_eq!(s.count(2).await, 1, "the dead letter is kept");
+    let stats = s.outbox.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.delivered, stats.dead), (0, 2, 1));
+    assert_eq!(stats.oldest_pending, None);
+
+    // An operator re-queues the dead letter: delivered on the next round.
+    assert_eq!(s.outbox.retry_dead(Some("dies")).await.unwrap(), 1);
+    assert_eq!(s.outbox.stats().await.unwrap().pending, 1);
+    assert!(s.outbox.stats().await.unwrap().oldest_pending.is_some());
+    Relay::deliver_once(&s.outbox, &ok, &options).await.unwrap();
+    assert_eq!(
+        ok.ids(),
+        vec!["after-the-dead".to_string(), "dies".to_string()]
+    );
+    assert_eq!(s.outbox.retry_dead(None).await.unwrap(), 0);
+    s.cleanup().await;
+}
+
+/// Delivered messages are purged after the retention; dead letters stay.
+async fn delivered_messages_are_purged(url: String) {
+    let s = setup(&url).await;
+    let mut tx = s.admin.begin().await.unwrap();
+    for i in 0..5 {
+        s.outbox
+            .enqueue(&mut tx, Message::new("t", Vec::new()).id(format!("p-{i}")))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let relay = Relay::start(
+        &s.outbox,
+        Recorder::default(),
+        RelayOptions::default()
+            .retention(Duration::ZERO, Duration::from_millis(20))
+            .poll(Duration::from_millis(20)),
+    );
+    while relay.stats().purged < 5 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    relay.stop().await;
+    assert_eq!(s.all().await, 0);
+    s.cleanup().await;
+}
+
+idem_integration::server_tests! {
+    POSTGRES => [
+        only_committed_messages_are_sent,
+        enqueue_outside_a_transaction_is_refused,
+        a_retried_call_enqueues_once,
+        two_relays_share_the_work_in_order,
+        a_failing_publisher_is_retried_then_dead_lettered,
+        delivered_messages_are_purged,
+    ],
+}
