@@ -9,7 +9,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use idem::store::dynamodb::{DynamoDbOptions, DynamoDbStore};
-use idem::{Error, Idem, StoreErrorKind};
+use idem::{CodecErrorKind, Error, Idem, StoreErrorKind};
 use idem_integration::dynamodb::{client, counted_client, options};
 use serde::{Deserialize, Serialize};
 use std::process::{Child, Command, Stdio};
@@ -158,11 +158,18 @@ async fn a_skewed_clock_never_completes_twice(url: String) {
     }
 }
 
-/// A result over DynamoDB's 400 KB item limit: a typed `Capacity` error, nothing half-written,
-/// and the key released so that the next call runs.
+/// A result over DynamoDB's 400 KB item limit: a typed error, nothing half-written, and the key
+/// released so that the next call runs. The store declares its limit (`Store::max_value_len`),
+/// so the handle refuses such a result before a request is sent: `TooLarge`.
 async fn a_result_too_large_is_refused_and_released(url: String) {
     let idem = Idem::from_store(store(&url, &table("big")).await);
+    let limit = idem
+        .store()
+        .max_value_len()
+        .expect("DynamoDB declares its item limit");
+    assert!(limit < idem::store::dynamodb::MAX_ITEM_BYTES, "{limit}");
     let name = idem::testkit::unique("big");
+    // A JSON array of bytes takes about two bytes an element: both are over the limit.
     for len in [300 * 1024, 500 * 1024] {
         let err = idem
             .call(name.clone())
@@ -170,11 +177,10 @@ async fn a_result_too_large_is_refused_and_released(url: String) {
             .run(async move { Ok::<_, Error>(vec![7u8; len]) })
             .await
             .unwrap_err();
-        assert_eq!(
-            err.store_error_kind(),
-            Some(StoreErrorKind::Capacity),
-            "{err}"
-        );
+        match &err {
+            Error::Codec(e) => assert_eq!(e.kind, CodecErrorKind::TooLarge, "{err}"),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
         let key = idem::testkit::digest(&name, &len);
         assert_eq!(idem.store().get(&key).await.unwrap(), None, "released");
         let out = idem
@@ -185,10 +191,10 @@ async fn a_result_too_large_is_refused_and_released(url: String) {
             .unwrap();
         assert!(!out.is_replayed(), "the next call runs");
     }
-    // Under the store's own estimate (which allows a 256-byte namespace) but over the limit
-    // with this 2,000-byte namespace: DynamoDB refuses the write, with the same outcome.
+    // Under the declared limit (which leaves room for a 256-byte namespace) but over the item
+    // limit with this 2,000-byte namespace: DynamoDB refuses the write, kind `Capacity`.
     let long = format!("{}{}", "n".repeat(2000), idem::testkit::unique("big"));
-    let len = idem::store::dynamodb::MAX_ITEM_BYTES - 1000;
+    let len = limit - 100;
     let err = idem
         .call(long.clone())
         .key("k")

@@ -234,8 +234,10 @@ impl DynamoDbStore {
 
     async fn complete_now(&self, done: Complete<'_>) -> Result<bool, Error> {
         let now = self.now();
-        let name_len = 256; // the namespace is not at hand here; room for a long one
-        if item::completed_size(name_len, done.value.len()) > MAX_ITEM_BYTES {
+        // The namespace is not at hand here: room for a long one (a longer one meets DynamoDB's
+        // own refusal, mapped to the same outcome). A handle has refused such a value already;
+        // a store used directly has not.
+        if item::completed_size(NAME_ALLOWANCE, done.value.len()) > MAX_ITEM_BYTES {
             return Err(self.too_large(done.key, done.token, done.value.len()).await);
         }
         let expires_at = now.saturating_add(ms(done.ttl));
@@ -510,9 +512,20 @@ impl DynamoDbStore {
     }
 }
 
+/// The namespace length that [`Store::max_value_len`] and the check before a completion leave
+/// room for. A longer one meets DynamoDB's own refusal (`ValidationException`), which the store
+/// maps to the same outcome: kind `Capacity`, the key released.
+const NAME_ALLOWANCE: usize = 256;
+
 impl Store for DynamoDbStore {
     fn backend(&self) -> Backend {
         BACKEND
+    }
+
+    // The item limit less the other attributes of a completed item: the handle refuses a larger
+    // result before a request is sent (the codec's TooLarge, the key released).
+    fn max_value_len(&self) -> Option<usize> {
+        Some(MAX_ITEM_BYTES.saturating_sub(item::completed_size(NAME_ALLOWANCE, 0)))
     }
 
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
