@@ -5,13 +5,24 @@
 #   benches/report.sh --bench redis   # extra arguments go to `cargo bench -p idem-benches`
 #
 # PostgreSQL, MySQL and Redis benches need IDEM_TEST_POSTGRES_URL / IDEM_TEST_MYSQL_URL /
-# redis-server on the PATH (the defaults below are the development services); a bench without
+# redis-server on the PATH (the defaults below are the development services), the DynamoDB bench
+# IDEM_TEST_DYNAMODB_URL (else DynamoDB Local is started below); a bench without
 # its service prints "skipped: …" and is left out of the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export IDEM_TEST_POSTGRES_URL="${IDEM_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export IDEM_TEST_MYSQL_URL="${IDEM_TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/test}"
 export IDEM_TEST_REDIS_URL="${IDEM_TEST_REDIS_URL:-redis://127.0.0.1:6379/}"
+# The DynamoDB bench runs on DynamoDB Local: started here unless a URL is given, stopped by pid
+# when the report ends.
+if [ -z "${IDEM_TEST_DYNAMODB_URL:-}" ] && command -v java >/dev/null && command -v npm >/dev/null; then
+  dynamodb_dir="$PWD/target/dynamodb-local"
+  dynamodb_port=8000
+  while (exec 3<>"/dev/tcp/127.0.0.1/$dynamodb_port") 2>/dev/null; do dynamodb_port=$((dynamodb_port + 1)); done
+  IDEM_TEST_DYNAMODB_URL="$(.ci/dynamodb-local start "$dynamodb_dir" "$dynamodb_port")"
+  export IDEM_TEST_DYNAMODB_URL
+  trap '.ci/dynamodb-local stop "$dynamodb_dir"' EXIT
+fi
 # Growth up to 10 million live rows, as issue 6 asks (about 2 GB of PostgreSQL and SQLite tables
 # for the run; IDEM_BENCH_GROWTH_10M=0 stops at 1 million).
 export IDEM_BENCH_GROWTH_10M="${IDEM_BENCH_GROWTH_10M:-1}"
