@@ -1,7 +1,7 @@
-//! The tower layer: its configuration, the principal that scopes keys, and which responses
-//! are stored.
+//! The tower layer: its builder and the principal that scopes keys.
 
-use super::detach::{Handlers, ShutdownHandle};
+use super::config::{store_policy, Config, OnReplayFn, Protocol, ScopeFn, StoreIfFn};
+use super::detach::ShutdownHandle;
 use super::fingerprint::FingerprintMode;
 use super::service::IdempotencyService;
 use super::stored::STORED_HEADERS;
@@ -26,80 +26,6 @@ impl Principal {
     pub fn new(id: impl Into<String>) -> Principal {
         Principal(id.into())
     }
-}
-
-type ScopeFn = dyn Fn(&RequestParts) -> Option<String> + Send + Sync;
-type OnReplayFn = dyn Fn(&mut ResponseParts) + Send + Sync;
-
-/// A response extension by which a handler keeps its response out of storage: the key is
-/// released (a retry runs the handler again) and the response goes to the client as it is.
-/// For a response that must not be replayed (a one-time secret, a token), or one the handler
-/// knows is not final.
-///
-/// ```
-/// # extern crate idem_runtime as idem;
-/// let mut res = http::Response::new(());
-/// res.extensions_mut().insert(idem::http::NoStore);
-/// ```
-/// (with axum: `(Extension(NoStore), body)`.)
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NoStore;
-type StoreIfFn = dyn Fn(StatusCode) -> OnError + Send + Sync;
-
-/// The default policy of which responses are stored: [`OnError::Keep`] (stored and replayed)
-/// for 1xx–4xx except `408 Request Timeout`, `409 Conflict`, `425 Too Early` and
-/// `429 Too Many Requests`; [`OnError::Release`] (the key is freed, a retry runs again) for
-/// those and every 5xx.
-pub fn store_policy(status: StatusCode) -> OnError {
-    match status.as_u16() {
-        408 | 409 | 425 | 429 => OnError::Release,
-        s if s >= 500 => OnError::Release,
-        _ => OnError::Keep,
-    }
-}
-
-/// The protocol a layer speaks: how it writes its refusals and decides what to store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Protocol {
-    /// HTTP APIs: problem documents, [`store_policy`] on the status.
-    Http,
-    /// Unary gRPC calls: gRPC statuses, the store policy on `grpc-status`.
-    #[cfg(feature = "grpc")]
-    Grpc,
-}
-
-#[cfg(feature = "grpc")]
-pub(super) type GrpcStoreIfFn = dyn Fn(super::grpc::Code) -> OnError + Send + Sync;
-
-/// What a layer was configured with, shared by the services it makes.
-#[derive(Clone)]
-pub(super) struct Config {
-    pub(super) idem: Idem,
-    pub(super) name: Cow<'static, str>,
-    pub(super) methods: Vec<Method>,
-    pub(super) key_required: bool,
-    pub(super) body_limit: usize,
-    pub(super) ttl: Option<Duration>,
-    pub(super) lease: Option<Duration>,
-    pub(super) wait: Option<Duration>,
-    pub(super) retry_after: Duration,
-    pub(super) scope: Arc<ScopeFn>,
-    pub(super) allow_anonymous: bool,
-    pub(super) store_if: Arc<StoreIfFn>,
-    /// Whether the idempotent part of a request runs on a task of its own.
-    pub(super) detached: bool,
-    pub(super) max_in_flight: Option<usize>,
-    /// Shared by every clone of the layer and its services: one count, one shutdown.
-    pub(super) handlers: Arc<Handlers>,
-    pub(super) fingerprint: FingerprintMode,
-    /// The response fields stored and replayed (never `Set-Cookie`).
-    pub(super) stored_headers: Vec<HeaderName>,
-    pub(super) on_replay: Option<Arc<OnReplayFn>>,
-    pub(super) respect_no_store: bool,
-    pub(super) response_limit: Option<usize>,
-    pub(super) protocol: Protocol,
-    #[cfg(feature = "grpc")]
-    pub(super) grpc_store_if: Arc<GrpcStoreIfFn>,
 }
 
 /// A tower layer that makes the HTTP services it wraps (an axum router, a hyper service, a
@@ -168,7 +94,7 @@ impl IdempotencyLayer {
                 response_limit: None,
                 protocol: Protocol::Http,
                 #[cfg(feature = "grpc")]
-                grpc_store_if: Arc::new(super::grpc::store_policy),
+                grpc_store_if: Arc::new(super::grpc_status::store_policy),
             }),
         }
     }
@@ -335,7 +261,7 @@ impl IdempotencyLayer {
     /// Whether a response with `Cache-Control: no-store` is kept out of storage, its key
     /// released (default `false`). Off by default because many APIs send `no-store` on every
     /// response (for browsers and proxies, as OWASP recommends): honouring it there would
-    /// silently turn idempotency off. A handler opts one response out with the [`NoStore`]
+    /// silently turn idempotency off. A handler opts one response out with the [`NoStore`](super::NoStore)
     /// extension whatever this says.
     pub fn respect_no_store(self, respect: bool) -> Self {
         self.with(|c| c.respect_no_store = respect)

@@ -27,20 +27,24 @@ pub mod problem;
 #[cfg(feature = "axum")]
 pub mod axum;
 mod body;
+mod config;
 mod detach;
 mod fingerprint;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+#[cfg(feature = "grpc")]
+mod grpc_status;
 mod key;
 mod layer;
 mod service;
 mod stored;
 
 pub use body::{Buffered, LayerBody};
+pub use config::{store_policy, NoStore};
 pub use detach::{ShutdownHandle, StillRunning};
 pub use fingerprint::FingerprintMode;
 pub use key::{parse_key, parse_key_value, IDEMPOTENCY_KEY, MAX_KEY_LEN};
-pub use layer::{store_policy, IdempotencyLayer, NoStore, Principal};
+pub use layer::{IdempotencyLayer, Principal};
 pub use service::{IdempotencyService, InnerRequest};
 #[cfg(feature = "testkit")]
 #[doc(hidden)]

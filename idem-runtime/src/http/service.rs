@@ -2,18 +2,17 @@
 //! body, the idempotent call around the inner service, and the answer.
 
 use super::body::{Buffered, LayerBody};
+use super::config::{Config, NoStore, Protocol};
 use super::detach::Refused;
 use super::fingerprint::Fingerprint;
 use super::key::parse_key;
-use super::layer::{Config, NoStore, Protocol};
 use super::problem::{self, Problem};
-use super::stored::StoredResponse;
+use super::stored::{FreshResponse, StoredResponse};
 use crate::error::BoxError;
 use crate::policy::OnError;
 use crate::{Call, Error, Outcome};
 use bytes::Bytes;
 use http::request::Parts as RequestParts;
-use http::response::Parts as ResponseParts;
 use http::{header, HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use std::future::Future;
@@ -85,7 +84,7 @@ fn render<B>(config: &Config, problem: Problem) -> LayerResponse<B> {
     let res: Response<Buffered> = match config.protocol {
         Protocol::Http => problem.into_response(),
         #[cfg(feature = "grpc")]
-        Protocol::Grpc => super::grpc::status_response(problem),
+        Protocol::Grpc => super::grpc_status::status_response(problem),
     };
     res.map(Either::Left)
 }
@@ -303,13 +302,6 @@ impl<E> From<Error> for Failure<E> {
     }
 }
 
-/// A response the inner service made, buffered: its head, its bytes, its trailers.
-pub(super) struct FreshResponse {
-    pub(super) parts: ResponseParts,
-    pub(super) body: Bytes,
-    pub(super) trailers: Option<HeaderMap>,
-}
-
 /// The response the inner service made in this call, when it ran: the caller gets it as it is
 /// (with its extensions), whether it was stored or released.
 type Fresh = Option<FreshResponse>;
@@ -377,7 +369,10 @@ fn keep(config: &Config, fresh: &FreshResponse) -> OnError {
     match config.protocol {
         Protocol::Http => (config.store_if)(fresh.parts.status),
         #[cfg(feature = "grpc")]
-        Protocol::Grpc => super::grpc::keep(config, fresh),
+        Protocol::Grpc => (config.grpc_store_if)(super::grpc_status::code_of_response(
+            &fresh.parts.headers,
+            fresh.trailers.as_ref(),
+        )),
     }
 }
 

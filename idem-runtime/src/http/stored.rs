@@ -5,7 +5,6 @@
 //! belong to the response, and the body, as text when it is UTF-8 and base64 otherwise.
 
 use super::body::Buffered;
-use super::service::FreshResponse;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::response::Parts as ResponseParts;
@@ -39,6 +38,13 @@ impl Blob {
             Blob::Base64 { b64 } => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
         }
     }
+}
+
+/// A response the inner service made, buffered: its head, its bytes, its trailers.
+pub(super) struct FreshResponse {
+    pub(super) parts: ResponseParts,
+    pub(super) body: Bytes,
+    pub(super) trailers: Option<HeaderMap>,
 }
 
 /// A response as stored.
