@@ -112,7 +112,7 @@ impl Target {
 
 /// The backend a URL names: `sqlite`, `postgres`, `mysql`, `redis` or `dynamodb`.
 pub fn scheme(url: &str) -> Result<Backend, Error> {
-    Backend::from_url(url)
+    Ok(Backend::from_url(url)?)
 }
 
 #[cfg_attr(

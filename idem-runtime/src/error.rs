@@ -1,6 +1,6 @@
 //! `idem::Error`: every way an idempotent call can fail without the body's own error.
 
-use crate::store::Backend;
+use crate::backend::{Backend, UnknownScheme};
 use std::fmt;
 use std::time::Duration;
 
@@ -357,6 +357,13 @@ impl fmt::Display for CodecError {
 }
 
 impl std::error::Error for CodecError {}
+
+/// A store URL of no known backend is a configuration error.
+impl From<UnknownScheme> for Error {
+    fn from(e: UnknownScheme) -> Self {
+        Error::Config(e.to_string())
+    }
+}
 
 /// So that functions returning `std::io::Result<T>` can be `#[idempotent]`.
 impl From<Error> for std::io::Error {

@@ -6,6 +6,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod admin;
+mod backend;
 mod cache;
 mod call;
 mod codec;

@@ -23,11 +23,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-mod backend;
 mod inspect;
 mod migration;
 
-pub use backend::Backend;
+pub use crate::backend::{Backend, UnknownScheme};
 pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};

@@ -1,14 +1,13 @@
 //! Which kind of store a handle runs on: the one place that names the built-in backends.
 
-use crate::error::Error;
 use std::fmt;
 
-/// The backend of a store, as [`Store::backend`](super::Store::backend) reports it: what
+/// The backend of a store, as [`Store::backend`](crate::store::Store::backend) reports it: what
 /// errors, traces, metrics and operators' tools tell stores apart by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The process-local [`MemoryStore`](super::memory::MemoryStore).
+    /// The process-local [`MemoryStore`](crate::store::memory::MemoryStore).
     Memory,
     /// The embedded SQLite store (feature `sqlite`).
     Sqlite,
@@ -51,8 +50,9 @@ impl Backend {
 
     /// The backend a store URL names by its scheme: `sqlite:`, `postgres://` /
     /// `postgresql://`, `redis://` / `rediss://` / `unix://` / `redis+unix://`, `mysql://` /
-    /// `mariadb://`, `dynamodb://`. Anything else is [`Error::Config`].
-    pub fn from_url(url: &str) -> Result<Backend, Error> {
+    /// `mariadb://`, `dynamodb://`. Anything else is [`UnknownScheme`] (an
+    /// [`Error::Config`](crate::Error::Config) through `?`).
+    pub fn from_url(url: &str) -> Result<Backend, UnknownScheme> {
         let head = url.split(':').next().unwrap_or_default();
         match head {
             "sqlite" => Ok(Backend::Sqlite),
@@ -60,11 +60,9 @@ impl Backend {
             "redis" | "rediss" | "unix" | "redis+unix" => Ok(Backend::Redis),
             "mysql" | "mariadb" => Ok(Backend::Mysql),
             "dynamodb" => Ok(Backend::DynamoDb),
-            _ => Err(Error::config(format!(
-                "unsupported store URL scheme `{head}`: use sqlite://FILE, \
-                 postgres://USER@HOST:PORT/DATABASE, mysql://USER@HOST:PORT/DATABASE, \
-                 redis://HOST:PORT/ or dynamodb://TABLE?region=REGION"
-            ))),
+            _ => Err(UnknownScheme {
+                scheme: head.to_owned(),
+            }),
         }
     }
 
@@ -80,6 +78,34 @@ impl fmt::Display for Backend {
         f.write_str(self.name())
     }
 }
+
+/// A store URL whose scheme names no built-in backend ([`Backend::from_url`]). It converts
+/// into [`Error::Config`](crate::Error::Config), the error of opening such a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownScheme {
+    scheme: String,
+}
+
+impl UnknownScheme {
+    /// The scheme as the URL gave it (all of the URL when it has no `:`).
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+}
+
+impl fmt::Display for UnknownScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unsupported store URL scheme `{}`: use sqlite://FILE, \
+             postgres://USER@HOST:PORT/DATABASE, mysql://USER@HOST:PORT/DATABASE, \
+             redis://HOST:PORT/ or dynamodb://TABLE?region=REGION",
+            self.scheme
+        )
+    }
+}
+
+impl std::error::Error for UnknownScheme {}
 
 /// A backend by its short name: a built-in one for `"memory"`, `"sqlite"`, `"postgres"`,
 /// `"redis"`, `"mysql"` and `"dynamodb"`, [`Backend::Other`] for any other (what `Error::store("postgres", "body", e)` in an
@@ -133,14 +159,17 @@ mod tests {
             Backend::from_url("mariadb://u@h/d").unwrap(),
             Backend::Mysql
         );
+        let unknown = Backend::from_url("mongodb://x").unwrap_err();
+        assert_eq!(unknown.scheme(), "mongodb");
+        assert!(unknown.to_string().contains("postgres://USER@HOST"));
         assert!(matches!(
-            Backend::from_url("mongodb://x"),
-            Err(Error::Config(_))
+            crate::Error::from(unknown),
+            crate::Error::Config(m) if m.starts_with("unsupported store URL scheme `mongodb`")
         ));
-        assert!(matches!(
-            Backend::from_url("idem_records"),
-            Err(Error::Config(_))
-        ));
+        assert_eq!(
+            Backend::from_url("idem_records").unwrap_err().scheme(),
+            "idem_records"
+        );
         assert_eq!(Backend::Redis, "redis");
         assert_eq!(Backend::Other("dynamo").name(), "dynamo");
         assert_eq!(Backend::Postgres.built_in_index(), Some(2));
