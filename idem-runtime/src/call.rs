@@ -54,6 +54,29 @@ pub struct Call {
     wait: Option<Option<Duration>>,
 }
 
+/// The builder's entry on the handle: here, beside the builder, so that the handle does not
+/// depend on the engine above it.
+impl Idem {
+    /// Starts an idempotent call in namespace `name`: set its key (and optionally scope,
+    /// fingerprint, ttl, lease, wait), then `run` its body.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem;
+    /// # async fn demo() -> Result<(), idem::Error> {
+    /// let idem = idem::Idem::memory();
+    /// let out = idem
+    ///     .call("charges.v1")
+    ///     .key("order-42")
+    ///     .run(async { Ok::<_, idem::Error>(42u32) })
+    ///     .await?;
+    /// assert!(!out.is_replayed());
+    /// # Ok(()) }
+    /// ```
+    pub fn call(&self, name: impl Into<Cow<'static, str>>) -> Call {
+        Call::new(self, name)
+    }
+}
+
 /// Everything a call needs once it is set up.
 pub(crate) struct Prepared {
     pub(crate) idem: Idem,

@@ -1,7 +1,6 @@
 //! `Idem`: a store plus its defaults, cheap to clone, shared by every call.
 
 use crate::cache::ResultCache;
-use crate::call::Call;
 use crate::codec::Codec;
 use crate::error::Error;
 use crate::key::Digest;
@@ -9,7 +8,6 @@ use crate::observe;
 use crate::policy::Defaults;
 use crate::store::memory::MemoryStore;
 use crate::store::{Record, Store};
-use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -327,25 +325,6 @@ impl Idem {
     /// The defaults of this handle.
     pub fn defaults(&self) -> &Defaults {
         &self.inner.defaults
-    }
-
-    /// Starts an idempotent call in namespace `name`: set its key (and optionally scope,
-    /// fingerprint, ttl, lease, wait), then `run` its body.
-    ///
-    /// ```
-    /// # extern crate idem_runtime as idem;
-    /// # async fn demo() -> Result<(), idem::Error> {
-    /// let idem = idem::Idem::memory();
-    /// let out = idem
-    ///     .call("charges.v1")
-    ///     .key("order-42")
-    ///     .run(async { Ok::<_, idem::Error>(42u32) })
-    ///     .await?;
-    /// assert!(!out.is_replayed());
-    /// # Ok(()) }
-    /// ```
-    pub fn call(&self, name: impl Into<Cow<'static, str>>) -> Call {
-        Call::new(self, name)
     }
 
     /// Deletes every record that is no longer live, in batches of `batch` (each batch one
