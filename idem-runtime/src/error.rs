@@ -358,6 +358,17 @@ impl fmt::Display for CodecError {
 
 impl std::error::Error for CodecError {}
 
+impl Error {
+    /// A codec error of `kind` about a value of type `type_name`.
+    pub(crate) fn codec(kind: CodecErrorKind, type_name: &'static str, message: String) -> Error {
+        Error::Codec(CodecError {
+            kind,
+            type_name,
+            message,
+        })
+    }
+}
+
 /// A store URL of no known backend is a configuration error.
 impl From<UnknownScheme> for Error {
     fn from(e: UnknownScheme) -> Self {

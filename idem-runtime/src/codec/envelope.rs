@@ -13,16 +13,11 @@
 //! key id are in the associated data of the AEAD, so flipping a flag or renaming a key is
 //! detected like any other tampering.
 
-use crate::error::{CodecError, CodecErrorKind, Error};
+use super::format::{FLAG_SEALED, FLAG_ZSTD, FORMAT_SEALED};
+use crate::error::{CodecErrorKind, Error};
 use crate::key::Digest;
 use std::borrow::Cow;
 
-/// The envelope's format byte.
-pub(crate) const FORMAT_SEALED: u8 = 2;
-/// The body is a zstd frame.
-pub(crate) const FLAG_ZSTD: u8 = 1;
-/// The body is sealed with a key of the keyring.
-pub(crate) const FLAG_SEALED: u8 = 2;
 const KNOWN_FLAGS: u8 = FLAG_ZSTD | FLAG_SEALED;
 
 /// The default limit on a stored value: generous (16 MiB), so that only a runaway result hits
@@ -100,7 +95,7 @@ impl Codec {
             self.envelope(type_name, name, key, encoded)?
         };
         if stored.len() > self.max_len {
-            return Err(codec_error(
+            return Err(Error::codec(
                 CodecErrorKind::TooLarge,
                 type_name,
                 format!(
@@ -128,7 +123,7 @@ impl Codec {
         if let Some(above) = self.compress_above {
             if body.len() > above {
                 let packed = zstd_ctx::compress(&body).map_err(|e| {
-                    codec_error(CodecErrorKind::Encode, type_name, format!("zstd: {e}"))
+                    Error::codec(CodecErrorKind::Encode, type_name, format!("zstd: {e}"))
                 })?;
                 // Incompressible data (already compressed, random) stays as it was.
                 if packed.len() < body.len() {
@@ -165,7 +160,7 @@ impl Codec {
             _ => return Ok(Cow::Borrowed(stored)),
         };
         if flags & !KNOWN_FLAGS != 0 {
-            return Err(codec_error(
+            return Err(Error::codec(
                 CodecErrorKind::Corrupt,
                 type_name,
                 format!("unknown envelope flags {flags:#04x}"),
@@ -194,7 +189,7 @@ impl Codec {
     ) -> Result<Vec<u8>, Error> {
         match &self.keyring {
             Some(keyring) => keyring.open(type_name, flags, name, key, body),
-            None => Err(codec_error(
+            None => Err(Error::codec(
                 CodecErrorKind::UnknownKey,
                 type_name,
                 format!(
@@ -215,7 +210,7 @@ impl Codec {
         _: &Digest,
         body: &[u8],
     ) -> Result<Vec<u8>, Error> {
-        Err(codec_error(
+        Err(Error::codec(
             CodecErrorKind::UnknownKey,
             type_name,
             format!(
@@ -235,7 +230,8 @@ pub(crate) fn sealed_key_id(body: &[u8]) -> Option<&str> {
 
 #[cfg(feature = "compression")]
 fn decompress(type_name: &'static str, body: &[u8]) -> Result<Vec<u8>, Error> {
-    let corrupt = |m: String| codec_error(CodecErrorKind::Corrupt, type_name, format!("zstd: {m}"));
+    let corrupt =
+        |m: String| Error::codec(CodecErrorKind::Corrupt, type_name, format!("zstd: {m}"));
     // The frames idem writes carry their content size: the output is allocated once, exactly,
     // and a frame that claims more than the bound is refused before anything is allocated.
     let size = match zstd::zstd_safe::get_frame_content_size(body) {
@@ -244,7 +240,7 @@ fn decompress(type_name: &'static str, body: &[u8]) -> Result<Vec<u8>, Error> {
         Err(_) => return Err(corrupt("not a zstd frame".into())),
     };
     if size > MAX_DECOMPRESSED as u64 {
-        return Err(codec_error(
+        return Err(Error::codec(
             CodecErrorKind::Corrupt,
             type_name,
             format!("the value decompresses to more than {MAX_DECOMPRESSED} bytes"),
@@ -307,19 +303,11 @@ mod zstd_ctx {
 
 #[cfg(not(feature = "compression"))]
 fn decompress(type_name: &'static str, _: &[u8]) -> Result<Vec<u8>, Error> {
-    Err(codec_error(
+    Err(Error::codec(
         CodecErrorKind::Corrupt,
         type_name,
         "the value is compressed with zstd; this build of idem has no `compression` feature".into(),
     ))
-}
-
-pub(crate) fn codec_error(kind: CodecErrorKind, type_name: &'static str, message: String) -> Error {
-    Error::Codec(CodecError {
-        kind,
-        type_name,
-        message,
-    })
 }
 
 /// What an operator sees of stored bytes without a keyring: format 1 as JSON, a compressed

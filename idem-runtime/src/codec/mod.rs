@@ -8,7 +8,10 @@
 use crate::error::{CodecError, CodecErrorKind, Error};
 use serde::{de::DeserializeOwned, Serialize};
 
+pub(crate) use format::FORMAT_V1;
+
 mod envelope;
+mod format;
 #[cfg(feature = "encryption")]
 mod seal;
 
@@ -17,8 +20,6 @@ pub use envelope::DEFAULT_MAX_VALUE_LEN;
 #[cfg(feature = "encryption")]
 pub use seal::{Keyring, MAX_KEY_ID_LEN};
 
-/// Format version written in the first byte of every stored value.
-pub(crate) const FORMAT_V1: u8 = 1;
 const KIND_OK: u8 = b'o';
 const KIND_ERR: u8 = b'e';
 
@@ -65,7 +66,7 @@ pub(crate) fn split<T>(bytes: &[u8]) -> Result<Stored<'_>, Error> {
         [FORMAT_V1, KIND_ERR, rest @ ..] => Ok(Stored::Err(rest)),
         [format, ..] if *format != FORMAT_V1 => Err(corrupt::<T>(format!(
             "format version {format}, this version of idem reads {FORMAT_V1} and {}",
-            envelope::FORMAT_SEALED
+            format::FORMAT_SEALED
         ))),
         _ => Err(corrupt::<T>("unknown value kind".into())),
     }

@@ -10,7 +10,7 @@
 //! flags and key id, the key's digest and the namespace. A value copied under another key or
 //! namespace, or a header changed, does not decrypt ([`CodecErrorKind::Decrypt`]).
 
-use super::envelope::{codec_error, FORMAT_SEALED};
+use super::format::FORMAT_SEALED;
 use crate::error::{CodecErrorKind, Error};
 use crate::key::Digest;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
@@ -138,7 +138,7 @@ impl Keyring {
                 },
             )
             .map_err(|_| {
-                codec_error(
+                Error::codec(
                     CodecErrorKind::Encode,
                     "value",
                     "XChaCha20-Poly1305 refused the value".into(),
@@ -162,7 +162,7 @@ impl Keyring {
         body: &[u8],
     ) -> Result<Vec<u8>, Error> {
         let corrupt = || {
-            codec_error(
+            Error::codec(
                 CodecErrorKind::Corrupt,
                 type_name,
                 "the encrypted value's header is cut short".into(),
@@ -177,7 +177,7 @@ impl Keyring {
         let (nonce, sealed) = rest.split_at(NONCE_LEN);
         let id = std::str::from_utf8(id).map_err(|_| corrupt())?;
         let Some((_, cipher)) = self.keys.iter().find(|(k, _)| k == id) else {
-            return Err(codec_error(
+            return Err(Error::codec(
                 CodecErrorKind::UnknownKey,
                 type_name,
                 format!(
@@ -197,7 +197,7 @@ impl Keyring {
                 },
             )
             .map_err(|_| {
-                codec_error(
+                Error::codec(
                     CodecErrorKind::Decrypt,
                     type_name,
                     format!(
@@ -236,7 +236,8 @@ fn check_id(id: &str) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::envelope::{Codec, FLAG_SEALED, FLAG_ZSTD};
+    use super::super::envelope::Codec;
+    use super::super::format::{FLAG_SEALED, FLAG_ZSTD};
     use super::*;
     use std::sync::Arc;
 
