@@ -56,7 +56,7 @@ pub fn open_value(record: &crate::store::Record) -> Result<std::borrow::Cow<'_, 
 #[cfg(feature = "encryption")]
 pub fn open_value_with<'a>(
     record: &'a crate::store::Record,
-    keyring: &crate::Keyring,
+    keyring: &crate::codec::Keyring,
 ) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
     let mut opener = codec::Codec::new(None);
     opener.keyring = Some(std::sync::Arc::new(keyring.clone()));

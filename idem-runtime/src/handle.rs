@@ -170,7 +170,7 @@ impl Idem {
     /// # Ok::<_, idem::Error>(())
     /// ```
     #[cfg(feature = "encryption")]
-    pub fn with_encryption(self, keyring: crate::Keyring) -> Idem {
+    pub fn with_encryption(self, keyring: crate::codec::Keyring) -> Idem {
         self.reconfigured(|inner| inner.codec.keyring = Some(Arc::new(keyring)))
     }
 
@@ -203,7 +203,7 @@ impl Idem {
     /// but a release by another instance (or the CLI) is seen here only once the entry's
     /// maximum age has passed.
     #[cfg(feature = "cache")]
-    pub fn with_cache(self, options: crate::CacheOptions) -> Idem {
+    pub fn with_cache(self, options: crate::cache::CacheOptions) -> Idem {
         self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
     }
 

@@ -193,19 +193,19 @@ pub const MIN_DIGEST_SECRET_LEN: usize = 16;
 #[cfg(feature = "keyed-digests")]
 impl DigestSecret {
     /// A secret of at least [`MIN_DIGEST_SECRET_LEN`] bytes (32 random bytes is right); a
-    /// shorter one is [`crate::Error::Config`]. Every instance sharing a store must use the
+    /// shorter one is [`crate::error::Error::Config`]. Every instance sharing a store must use the
     /// same secret, and changing it changes every key (records under the old one are not
     /// found: the bodies run again).
-    pub fn new(secret: &[u8]) -> Result<DigestSecret, crate::Error> {
+    pub fn new(secret: &[u8]) -> Result<DigestSecret, crate::error::Error> {
         use hmac::Mac as _;
         if secret.len() < MIN_DIGEST_SECRET_LEN {
-            return Err(crate::Error::config(format!(
+            return Err(crate::error::Error::config(format!(
                 "the digest secret must be at least {MIN_DIGEST_SECRET_LEN} bytes"
             )));
         }
         hmac::Hmac::<Sha256>::new_from_slice(secret)
             .map(DigestSecret)
-            .map_err(|e| crate::Error::config(format!("the digest secret: {e}")))
+            .map_err(|e| crate::error::Error::config(format!("the digest secret: {e}")))
     }
 
     /// [`key_digest`] under this secret.
@@ -608,7 +608,7 @@ pub(crate) struct KeyParts {
     pub(crate) scope: Option<Vec<u8>>,
     pub(crate) fingerprint: Option<Vec<u8>>,
     /// The first value that did not encode: builders cannot fail, so it is reported at `run`.
-    pub(crate) error: Option<crate::Error>,
+    pub(crate) error: Option<crate::error::Error>,
 }
 
 impl KeyParts {
@@ -623,7 +623,7 @@ impl KeyParts {
             Ok(b) => Some(b),
             Err(e) => {
                 self.error
-                    .get_or_insert(crate::Error::Key(format!("{what} of {name}: {e}")));
+                    .get_or_insert(crate::error::Error::Key(format!("{what} of {name}: {e}")));
                 None
             }
         }
@@ -636,14 +636,13 @@ impl KeyParts {
         &mut self,
         name: &str,
         #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
-    ) -> Result<(Digest, Digest), crate::Error> {
+    ) -> Result<(Digest, Digest), crate::error::Error> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        let key = self
-            .key
-            .as_deref()
-            .ok_or_else(|| crate::Error::Config(format!("idempotent call {name} has no key")))?;
+        let key = self.key.as_deref().ok_or_else(|| {
+            crate::error::Error::Config(format!("idempotent call {name} has no key"))
+        })?;
         let fingerprint = self.fingerprint.as_deref().unwrap_or(key);
         #[cfg(feature = "keyed-digests")]
         if let Some(secret) = secret {
