@@ -11,7 +11,7 @@ Exit codes:
   2  usage or configuration error: bad arguments, a URL that does not parse, an unknown scheme
   3  refused: `release` of a live record without --force (nothing was changed)
   4  store error: cannot connect, authentication failed, permission denied, a query failed
-  5  schema missing or out of date: run `idem migrate`
+  5  schema missing or out of date: run `idem migrate` (`idem outbox migrate` for the outbox)
 
 The store URL comes from --url or IDEM_URL: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE,
 redis://HOST:PORT/, dynamodb://TABLE?region=REGION&endpoint=URL (AWS credentials from the
@@ -32,6 +32,9 @@ pub(crate) struct Cli {
     /// The Redis key prefix (default: idem)
     #[arg(long, env = "IDEM_REDIS_PREFIX", global = true)]
     pub(crate) prefix: Option<String>,
+    /// The outbox table of `idem outbox …` (default: idem_outbox)
+    #[arg(long, env = "IDEM_OUTBOX_TABLE", global = true)]
+    pub(crate) outbox_table: Option<String>,
     /// Print one JSON document on stdout instead of tables
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -91,6 +94,59 @@ pub(crate) enum Command {
     },
     /// Count records by namespace and state
     Stats,
+    /// The transactional outbox (PostgreSQL): its messages, dead letters and purge
+    Outbox {
+        #[command(subcommand)]
+        command: OutboxCommand,
+    },
+}
+
+/// `idem outbox …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum OutboxCommand {
+    /// Create or upgrade the outbox table (what `Outbox::migrate()` does)
+    Migrate,
+    /// Messages pending, delivered (awaiting purge) and dead, and the oldest pending one's age
+    Stats,
+    /// Messages, oldest first: by default the pending and dead ones
+    List {
+        /// Only messages in this state
+        #[arg(long, value_enum)]
+        state: Option<OutboxStateArg>,
+        /// Only messages of this topic
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only messages of this ordering key
+        #[arg(long)]
+        ordering_key: Option<String>,
+        /// At most this many messages
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Put dead letters back in the queue (attempts reset): the one with ID, or --all
+    Retry {
+        /// The message id, as `idem outbox list --state dead` prints it
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete delivered messages older than a retention (pending and dead ones are kept)
+    Purge {
+        /// Delete messages delivered at least this long ago: 30s, 10m, 2h, 1d (0s: every
+        /// delivered message)
+        #[arg(long, value_parser = parse_duration, required = true)]
+        delivered_older_than: Option<Duration>,
+    },
+}
+
+/// `idem outbox list --state`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum OutboxStateArg {
+    Pending,
+    Delivered,
+    Dead,
 }
 
 impl Command {
@@ -103,6 +159,13 @@ impl Command {
             Command::Release { .. } => "release",
             Command::Purge { .. } => "purge",
             Command::Stats => "stats",
+            Command::Outbox { command, .. } => match command {
+                OutboxCommand::Migrate => "outbox migrate",
+                OutboxCommand::Stats => "outbox stats",
+                OutboxCommand::List { .. } => "outbox list",
+                OutboxCommand::Retry { .. } => "outbox retry",
+                OutboxCommand::Purge { .. } => "outbox purge",
+            },
         }
     }
 }

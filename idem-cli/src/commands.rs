@@ -24,6 +24,9 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
              postgres://USER@HOST:PORT/DATABASE or redis://HOST:PORT/",
         ));
     };
+    let outbox_table = cli
+        .outbox_table
+        .unwrap_or_else(|| idem::outbox::DEFAULT_OUTBOX_TABLE.to_string());
     let ctx = Ctx {
         url,
         target: Target::new(cli.table, cli.prefix).application_name("idem-cli"),
@@ -56,6 +59,9 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Release { key, force } => release(&ctx, &key, force).await,
         Command::Purge { batch, .. } => purge(&ctx, batch).await,
         Command::Stats => stats(&ctx).await,
+        Command::Outbox { command } => {
+            crate::outbox::run(&ctx.url, &outbox_table, ctx.command, ctx.json, command).await
+        }
     }
 }
 

@@ -78,6 +78,11 @@ impl Situation<'_> {
 
     /// What to do about a store failure of `kind`, when we can tell.
     fn hint(&self, kind: StoreErrorKind, backend: Backend) -> Option<String> {
+        if self.command.starts_with("outbox") {
+            if let Some(hint) = self.outbox_hint(kind) {
+                return Some(hint);
+            }
+        }
         let table = self.table.unwrap_or(idem::store::DEFAULT_TABLE);
         Some(match kind {
             StoreErrorKind::Unreachable => format!(
@@ -120,6 +125,46 @@ impl Situation<'_> {
             }
             StoreErrorKind::Authentication => {
                 "authentication failed: check the user and password in the URL".into()
+            }
+            _ => return None,
+        })
+    }
+}
+
+impl Situation<'_> {
+    /// The hints that differ for the outbox's table.
+    fn outbox_hint(&self, kind: StoreErrorKind) -> Option<String> {
+        let table = self.table.unwrap_or(idem::outbox::DEFAULT_OUTBOX_TABLE);
+        let flag = if table == idem::outbox::DEFAULT_OUTBOX_TABLE {
+            String::new()
+        } else {
+            format!(" --outbox-table {table}")
+        };
+        Some(match kind {
+            StoreErrorKind::SchemaMissing | StoreErrorKind::SchemaOutdated => format!(
+                "the outbox table is missing or out of date: run `idem outbox{flag} migrate` \
+                 (outbox migration {}), or start the application, whose `Outbox::migrate()` \
+                 creates it",
+                idem::outbox::OUTBOX_SCHEMA_VERSION
+            ),
+            StoreErrorKind::SchemaNewer => {
+                "a newer idem upgraded the outbox table: upgrade the idem tool".into()
+            }
+            StoreErrorKind::Permission => {
+                let privileges = match self.command {
+                    "outbox retry" => "SELECT and UPDATE",
+                    "outbox purge" => "SELECT and DELETE",
+                    "outbox migrate" => return None,
+                    _ => "SELECT",
+                };
+                let role = url_user(self.url).unwrap_or_else(|| "YOUR_ROLE".into());
+                format!(
+                    "permission denied: `idem {}` needs the {privileges} privilege on the outbox \
+                     table and SELECT on its version table; as the table's owner run: GRANT {} \
+                     ON {table} TO {role}; GRANT SELECT ON {table}_migrations TO {role};",
+                    self.command,
+                    privileges.replace(" and", ","),
+                )
             }
             _ => return None,
         })

@@ -11,6 +11,7 @@ mod commands;
 mod digest;
 mod failure;
 mod format;
+mod outbox;
 mod render;
 
 use clap::Parser;

@@ -370,6 +370,33 @@ pub(crate) fn reaper_tick(purged: u64) {
     let _ = purged;
 }
 
+/// The outbox's gauges (feature `metrics`): messages pending, dead letters, and the age of the
+/// oldest pending message (0 when none is pending), labelled with the outbox table.
+#[cfg(feature = "outbox")]
+pub(crate) fn outbox_gauges(table: &str, stats: &crate::outbox::OutboxStats) {
+    #[cfg(feature = "metrics")]
+    {
+        let table = table.to_string();
+        metrics::gauge!("idem_outbox_pending", "table" => table.clone()).set(stats.pending as f64);
+        metrics::gauge!("idem_outbox_dead", "table" => table.clone()).set(stats.dead as f64);
+        metrics::gauge!("idem_outbox_oldest_pending_seconds", "table" => table)
+            .set(stats.oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (table, stats);
+}
+
+/// Messages a relay handled (feature `metrics`): `idem_outbox_messages_total{table, outcome}`,
+/// `outcome` being `delivered`, `failed` (to be retried) or `dead`.
+#[cfg(feature = "outbox")]
+pub(crate) fn outbox_handled(table: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("idem_outbox_messages_total", "table" => table.to_string(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (table, outcome);
+}
+
 #[cfg(feature = "metrics")]
 mod metrics_impl {
     //! The metrics macros, given labels that are not literals, allocate a label vector and

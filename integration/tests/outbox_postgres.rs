@@ -484,12 +484,117 @@ async fn delivered_messages_are_purged(url: String) {
     s.cleanup().await;
 }
 
+/// Fails one publish in three (a fixed pattern), records the others: (relay, key, payload).
+struct Flaky {
+    name: &'static str,
+    calls: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<(&'static str, String, i64)>>>,
+}
+
+impl Publisher for Flaky {
+    fn publish<'a>(
+        &'a self,
+        message: &'a Delivery,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
+        Box::pin(async move {
+            if self.calls.fetch_add(1, Ordering::SeqCst) % 3 == 1 {
+                return Err("the broker is busy".into());
+            }
+            let i = String::from_utf8(message.payload.clone())
+                .unwrap()
+                .parse()
+                .unwrap();
+            // Some time in the publisher, so that the relays' rounds overlap.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.seen
+                .lock()
+                .unwrap()
+                .push((self.name, message.ordering_key.clone(), i));
+            Ok(())
+        })
+    }
+}
+
+/// Three relays and a publisher that fails one attempt in three (each failure backs the key's
+/// head off): every key's messages still reach the publisher in insertion order, each once —
+/// a failed head holds its key back, the other relays do not skip past it.
+async fn three_relays_with_failures_keep_each_keys_order(url: String) {
+    let s = setup(&url).await;
+    const KEYS: usize = 6;
+    const PER_KEY: usize = 20;
+    // Inserted first, interleaved across keys, each in its own transaction; the relays start
+    // on a full table, so each round sees many keys at once.
+    for i in 0..PER_KEY {
+        for k in 0..KEYS {
+            let mut tx = s.outbox.pool().begin().await.unwrap();
+            s.outbox
+                .enqueue(
+                    &mut tx,
+                    Message::new("t", i.to_string().into_bytes())
+                        .ordering_key(format!("key-{k}"))
+                        .id(format!("m-{k}-{i}")),
+                )
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let options = RelayOptions::default()
+        .batch(2)
+        .max_attempts(50)
+        .backoff(Duration::from_millis(2), Duration::from_millis(20));
+    let relays: Vec<Relay> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| {
+            let p = Flaky {
+                name,
+                calls: calls.clone(),
+                seen: seen.clone(),
+            };
+            Relay::start(&s.outbox, p, options.clone())
+        })
+        .collect();
+    let total = (KEYS * PER_KEY) as i64;
+    s.until_delivered(total).await;
+    let mut by_relay = Vec::new();
+    for r in relays {
+        by_relay.push(r.stats());
+        r.stop().await;
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), KEYS * PER_KEY, "each message published once");
+    let mut next: HashMap<String, i64> = HashMap::new();
+    let mut relays_used = std::collections::HashSet::new();
+    for (relay, key, i) in &seen {
+        relays_used.insert(*relay);
+        let want = next.entry(key.clone()).or_insert(0);
+        assert_eq!(
+            *i, *want,
+            "{key}: message {i} published when {want} was due"
+        );
+        *want += 1;
+    }
+    let failed: u64 = by_relay.iter().map(|r| r.failed).sum();
+    assert!(failed >= total as u64 / 3, "failures injected: {failed}");
+    assert_eq!(s.count(2).await, 0, "no dead letter");
+    println!(
+        "{} publishes, {failed} failed and retried; delivered per relay: {:?}; relays used: {}",
+        calls.load(Ordering::SeqCst),
+        by_relay.iter().map(|r| r.delivered).collect::<Vec<_>>(),
+        relays_used.len()
+    );
+    s.cleanup().await;
+}
+
 idem_integration::server_tests! {
     POSTGRES => [
         only_committed_messages_are_sent,
         enqueue_outside_a_transaction_is_refused,
         a_retried_call_enqueues_once,
         two_relays_share_the_work_in_order,
+        three_relays_with_failures_keep_each_keys_order,
         a_failing_publisher_is_retried_then_dead_lettered,
         delivered_messages_are_purged,
     ],

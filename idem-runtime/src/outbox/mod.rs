@@ -31,6 +31,7 @@
 //!
 //! See docs/outbox.md for the guarantees and their limits.
 
+mod admin;
 mod relay;
 mod schema;
 
@@ -39,6 +40,7 @@ pub mod nats;
 #[cfg(feature = "outbox-webhook")]
 pub mod webhook;
 
+pub use admin::{ListFilter, MessageInfo, MessageState};
 pub use relay::{Delivery, Publisher, Relay, RelayOptions, RelayStats};
 pub use schema::{DEFAULT_OUTBOX_TABLE, OUTBOX_SCHEMA_VERSION};
 

@@ -71,6 +71,7 @@ pub struct RelayOptions {
     publish_timeout: Duration,
     retention: Duration,
     purge_every: Duration,
+    metrics_every: Duration,
 }
 
 impl Default for RelayOptions {
@@ -84,6 +85,7 @@ impl Default for RelayOptions {
             publish_timeout: Duration::from_secs(30),
             retention: Duration::from_secs(24 * 3600),
             purge_every: Duration::from_secs(60),
+            metrics_every: Duration::from_secs(10),
         }
     }
 }
@@ -123,6 +125,16 @@ impl RelayOptions {
     pub fn retention(mut self, keep: Duration, every: Duration) -> Self {
         self.retention = keep;
         self.purge_every = every;
+        self
+    }
+
+    /// With the feature `metrics`: how often the relay reads [`Outbox::stats`] and sets the
+    /// outbox gauges (`idem_outbox_pending`, `idem_outbox_dead`,
+    /// `idem_outbox_oldest_pending_seconds`; see [`Outbox::report_metrics`]) — after a round,
+    /// at most once per `every` (default 10 s; the count reads the whole table). Without the
+    /// feature the relay never reads them.
+    pub fn metrics_every(mut self, every: Duration) -> Self {
+        self.metrics_every = every;
         self
     }
 
@@ -243,10 +255,11 @@ impl Worker {
         // Aborted with the relay, however it ends (a stop, or an abort mid-round).
         let _listener = AbortOnDrop(tokio::spawn(listen(self.outbox.clone(), wake.clone())));
         let mut last_purge: Option<Instant> = None;
+        let mut last_report: Option<Instant> = None;
         let mut failures = 0u32;
         while !*stopped.borrow() {
             if last_purge.is_none_or(|t| t.elapsed() >= self.options.purge_every) {
-                match purge(&self.outbox, self.options.retention).await {
+                match self.outbox.purge_delivered(self.options.retention).await {
                     Ok(n) => {
                         self.counters.purged.fetch_add(n, Ordering::Relaxed);
                         last_purge = Some(Instant::now());
@@ -254,14 +267,22 @@ impl Worker {
                     Err(e) => tracing::warn!(error = %e, "idem outbox: purge failed"),
                 }
             }
-            let sleep = match round(
+            let done = round(
                 &self.outbox,
                 &*self.publisher,
                 &self.options,
                 &self.counters,
             )
-            .await
+            .await;
+            if cfg!(feature = "metrics")
+                && last_report.is_none_or(|t| t.elapsed() >= self.options.metrics_every)
             {
+                match self.outbox.report_metrics().await {
+                    Ok(_) => last_report = Some(Instant::now()),
+                    Err(e) => tracing::debug!(error = %e, "idem outbox: stats for metrics failed"),
+                }
+            }
+            let sleep = match done {
                 Ok(0) => {
                     failures = 0;
                     next_due(&self.outbox)
@@ -342,19 +363,6 @@ async fn next_due(outbox: &Outbox) -> Result<Option<Duration>, Error> {
     Ok(ms.map(|ms| Duration::from_millis(ms as u64)))
 }
 
-async fn purge(outbox: &Outbox, retention: Duration) -> Result<u64, Error> {
-    let sql = format!(
-        "DELETE FROM {} WHERE status = {DELIVERED} AND delivered_at < now() - $1 * interval '1 millisecond'",
-        outbox.records()
-    );
-    let done = sqlx::query(&sql)
-        .bind(retention.as_millis().min(i64::MAX as u128) as i64)
-        .execute(outbox.pool())
-        .await
-        .map_err(|e| pg_error("outbox.purge", e))?;
-    Ok(done.rows_affected())
-}
-
 async fn round(
     outbox: &Outbox,
     publisher: &dyn Publisher,
@@ -413,6 +421,7 @@ async fn round(
                     .await
                     .map_err(db)?;
                 counters.delivered.fetch_add(1, Ordering::Relaxed);
+                crate::observe::outbox_handled(outbox.table(), "delivered");
             }
             Err(e) => {
                 let dead = message.attempt >= options.max_attempts;
@@ -431,6 +440,10 @@ async fn round(
                 if dead {
                     counters.dead.fetch_add(1, Ordering::Relaxed);
                 }
+                crate::observe::outbox_handled(
+                    outbox.table(),
+                    if dead { "dead" } else { "failed" },
+                );
             }
         }
     }
