@@ -1,20 +1,28 @@
 //! The conformance suite against the SQLite store: a file database (the durable default) and
-//! the shared in-memory database; the file database again with encryption (feature
-//! `encryption`) and with the local cache.
+//! the shared in-memory database; the file database again (`file::sealed::…`) with encryption
+//! under two keys, compression and the local cache on, as far as the features built allow
+//! (`idem::testkit::sealed`).
 #![cfg(feature = "sqlite")]
 
 mod file {
-    async fn open() -> Option<idem::Idem> {
+    async fn open_file(name: &str) -> idem::Idem {
         let dir = std::env::temp_dir().join(format!("idem-conformance-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("keys.db").display());
-        Some(
-            idem::Idem::sqlite(&url)
-                .await
-                .expect("open the SQLite file"),
-        )
+        let url = format!("sqlite://{}", dir.join(name).display());
+        idem::Idem::sqlite(&url)
+            .await
+            .expect("open the SQLite file")
     }
-    idem::conformance_suite!(open);
+
+    async fn open() -> Option<idem::Idem> {
+        Some(open_file("keys.db").await)
+    }
+
+    async fn open_sealed() -> Option<idem::Idem> {
+        Some(idem::testkit::sealed(open_file("sealed.db").await))
+    }
+
+    idem::conformance_suite!(open, sealed: open_sealed);
 }
 
 mod in_memory {
@@ -23,42 +31,6 @@ mod in_memory {
             idem::Idem::sqlite("sqlite::memory:")
                 .await
                 .expect("open sqlite::memory:"),
-        )
-    }
-    idem::conformance_suite!(open);
-}
-
-/// Every result encrypted (and compressed above 64 bytes with the feature `compression`).
-#[cfg(feature = "encryption")]
-mod sealed {
-    async fn open() -> Option<idem::Idem> {
-        let dir = std::env::temp_dir().join(format!("idem-conformance-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("sealed.db").display());
-        let ring = idem::Keyring::new("k1", [7; 32]).expect("a keyring");
-        let idem = idem::Idem::sqlite(&url)
-            .await
-            .expect("open the SQLite file")
-            .with_encryption(ring);
-        #[cfg(feature = "compression")]
-        let idem = idem.with_compression(64);
-        Some(idem)
-    }
-    idem::conformance_suite!(open);
-}
-
-/// Completed results kept in the handle.
-#[cfg(feature = "cache")]
-mod cached {
-    async fn open() -> Option<idem::Idem> {
-        let dir = std::env::temp_dir().join(format!("idem-conformance-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("cached.db").display());
-        Some(
-            idem::Idem::sqlite(&url)
-                .await
-                .expect("open the SQLite file")
-                .with_cache(idem::CacheOptions::new()),
         )
     }
     idem::conformance_suite!(open);

@@ -343,6 +343,7 @@ impl Prepared {
         P: ErrorPolicy<E>,
     {
         obs.prepared(exec.backend(), &self.key);
+        self.idem.follow_releases();
         if let Some(cache) = self.idem.cache() {
             // A completed result kept in this process, stored under this very fingerprint:
             // replayed without asking the store. Anything else (a miss, another fingerprint)
@@ -359,6 +360,8 @@ impl Prepared {
                 lease: self.lease,
             };
             let sent = Instant::now();
+            // Read before the claim: a release announced after it keeps the result uncached.
+            let epoch = self.idem.cache().map(|cache| cache.epoch());
             let (decision, mut remaining) = match obs.store("claim", exec.claim(claim)).await {
                 Ok(outcome) => {
                     let remaining = match &outcome {
@@ -389,13 +392,16 @@ impl Prepared {
                 }
                 Decision::Replay(bytes) => match self.open::<T>(&bytes) {
                     Ok(plain) => {
-                        if let (Some(cache), Some(remaining)) = (self.idem.cache(), remaining) {
+                        if let (Some(cache), Some(remaining), Some(epoch)) =
+                            (self.idem.cache(), remaining, epoch)
+                        {
                             cache.put(
                                 self.key,
                                 self.fingerprint,
                                 &plain,
                                 sent.into_std(),
                                 remaining,
+                                epoch,
                             );
                         }
                         replay(obs, policy, &plain, into_err, Ended::Replayed)
@@ -463,13 +469,14 @@ impl Prepared {
         let stored = match keep {
             Ok((bytes, plain)) => {
                 let sent = std::time::Instant::now();
+                let epoch = self.idem.cache().map(|cache| cache.epoch());
                 let stored = self.complete(exec, obs, token, held, &bytes).await;
                 // Only a result the store holds for good is cached: not one completed inside a
                 // caller's transaction, which may yet roll back.
-                if let (Ok(()), Some(cache), Some(plain), Some(_)) =
-                    (&stored, self.idem.cache(), plain, exec.leased())
+                if let (Ok(()), Some(cache), Some(plain), Some(_), Some(epoch)) =
+                    (&stored, self.idem.cache(), plain, exec.leased(), epoch)
                 {
-                    cache.put(self.key, self.fingerprint, &plain, sent, self.ttl);
+                    cache.put(self.key, self.fingerprint, &plain, sent, self.ttl, epoch);
                 }
                 stored
             }

@@ -197,11 +197,17 @@ impl Idem {
         })
     }
 
-    /// Keeps completed results in this process (feature `cache`), bounded by `options`: a replay whose key and
-    /// fingerprint are cached costs no round trip to the store. An entry never outlives its
-    /// record's TTL nor `options`' maximum age; [`Idem::force_release`] on this handle evicts,
-    /// but a release by another instance (or the CLI) is seen here only once the entry's
-    /// maximum age has passed.
+    /// Keeps completed results in this process (feature `cache`), bounded by `options`: a
+    /// replay whose key and fingerprint are cached costs no round trip to the store. An entry
+    /// never outlives its record's TTL nor `options`' maximum age; [`Idem::force_release`] on
+    /// this handle evicts.
+    ///
+    /// A release by another instance (or the CLI) evicts too where the store publishes
+    /// releases ([`Store::releases`]: PostgreSQL, unless opened with `notify(false)`, and a
+    /// single Redis server): the handle's first call starts following them (one more
+    /// connection), and until that feed listens, or while its connection is lost, the cache
+    /// serves nothing. On the other stores (memory, SQLite, MySQL, Redis Cluster, DynamoDB) such
+    /// a release is seen here only once the entry's maximum age has passed.
     #[cfg(feature = "cache")]
     pub fn with_cache(self, options: crate::cache::CacheOptions) -> Idem {
         self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
@@ -226,6 +232,34 @@ impl Idem {
     /// How this handle stores results.
     pub(crate) fn codec(&self) -> &Codec {
         &self.inner.codec
+    }
+
+    /// Starts following the store's releases for this handle's cache, if it has one and has
+    /// not yet (see [`Idem::with_cache`]). Cheap once done.
+    pub(crate) fn follow_releases(&self) {
+        if let Some(cache) = &self.inner.cache {
+            cache.follow(self.store());
+        }
+    }
+
+    /// Whether this handle's cache hears of other instances' releases: starts following the
+    /// store's releases if it has not yet, and waits up to `within` for its feed to listen
+    /// (feature `cache`; call it on a Tokio runtime). `false` when the handle has no cache, its
+    /// store publishes no releases (the cache's maximum age then bounds how long a result
+    /// released elsewhere may replay), or the feed did not listen in time (meanwhile the cache
+    /// serves nothing).
+    #[cfg(feature = "cache")]
+    pub async fn cache_follows_releases(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            self.follow_releases();
+            match self.inner.cache.as_ref().and_then(|c| c.following()) {
+                None => return false,
+                Some(true) => return true,
+                Some(false) if tokio::time::Instant::now() >= deadline => return false,
+                Some(false) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
     }
 
     /// This handle's local cache, if it has one.

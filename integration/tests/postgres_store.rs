@@ -911,6 +911,91 @@ async fn record_times_come_from_the_server_clock(url: String) {
     drop_table(&admin, &table).await;
 }
 
+/// An operator's release on one instance reaches another instance's local cache (NOTIFY on the
+/// releases channel): two handles on separate pools, both caching for an hour. `a` replays `k`
+/// from its cache (the stored value is changed underneath, without a notification, so a replay
+/// from the store would say otherwise), `b` force-releases `k`, and `a`'s next calls run the
+/// body again within seconds instead of replaying the released result for the cache's hour.
+#[cfg(feature = "cache")]
+async fn a_release_elsewhere_reaches_this_handles_cache(url: String) {
+    let admin = admin(&url).await;
+    let table = unique_table("released");
+    let open = || async {
+        let store = opts_at(&url, &table).connect().await.unwrap();
+        Idem::from_store(store)
+            .with_cache(idem::CacheOptions::new().max_age(Duration::from_secs(3600)))
+    };
+    let (a, b) = (open().await, open().await);
+    for idem in [&a, &b] {
+        assert!(idem.cache_follows_releases(Duration::from_secs(10)).await);
+    }
+    let name = unique("released");
+    let k = digest(&name, "k");
+    let runs = Counter::default();
+    let call = |idem: &Idem| {
+        let runs = runs.clone();
+        idem.call(name.clone())
+            .key("k")
+            .ttl(Duration::from_secs(3600))
+            .run(async move { Ok::<_, Error>(runs.hit() as u32) })
+    };
+    assert_eq!(call(&a).await.unwrap(), Outcome::Fresh(1));
+
+    // The stored value becomes another result's (999), behind the handles' backs.
+    let other = unique("other");
+    a.call(other.clone())
+        .key("k")
+        .run(async { Ok::<_, Error>(999u32) })
+        .await
+        .unwrap();
+    let value = a
+        .store()
+        .get(&digest(&other, "k"))
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    let changed = sqlx::query(&format!("UPDATE \"{table}\" SET value = $1 WHERE key = $2"))
+        .bind(value)
+        .bind(&k.0[..])
+        .execute(&admin)
+        .await
+        .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+    assert_eq!(
+        call(&b).await.unwrap(),
+        Outcome::Replayed(999),
+        "b reads the store"
+    );
+    assert_eq!(
+        call(&a).await.unwrap(),
+        Outcome::Replayed(1),
+        "a replays its cache"
+    );
+
+    assert!(b.force_release(&k).await.unwrap().is_some(), "b releases k");
+    let released = std::time::Instant::now();
+    loop {
+        match call(&a).await.unwrap() {
+            Outcome::Fresh(n) => {
+                assert_eq!(n, 2);
+                break;
+            }
+            Outcome::Replayed(v) => {
+                assert_eq!(v, 1);
+                assert!(
+                    released.elapsed() < Duration::from_secs(5),
+                    "a still replays from its cache 5 s after b released the key"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    eprintln!("a saw b's release after {:?}", released.elapsed());
+    assert_eq!(runs.get(), 2);
+    drop_table(&admin, &table).await;
+}
+
 idem_integration::server_tests! {
     POSTGRES => [
         fresh_call_is_two_round_trips_and_replay_one,
@@ -927,6 +1012,8 @@ idem_integration::server_tests! {
         a_waiter_on_a_finished_key_returns_at_once,
         a_version_2_table_gains_the_waiters_column_and_keeps_its_rows,
         record_times_come_from_the_server_clock,
+        #[cfg(feature = "cache")]
+        a_release_elsewhere_reaches_this_handles_cache,
     ],
     ANYWHERE => [
         bad_table_names_are_config_errors,

@@ -226,6 +226,90 @@ async fn a_full_server_is_a_clear_store_error() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
+/// An operator's release on one instance reaches another instance's local cache (pub/sub on
+/// `<prefix>:v1:released`): two handles on separate connections, both caching for an hour. `a`
+/// replays `k` from its cache (the stored value is changed underneath, without a message, so a
+/// replay from the server would say otherwise), `b` force-releases `k`, and `a`'s next calls
+/// run the body again within seconds instead of replaying the released result for an hour.
+#[cfg(feature = "cache")]
+async fn a_release_elsewhere_reaches_this_handles_cache() {
+    let server = TempRedis::start(&[]);
+    let open = || async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        Idem::from_store(store)
+            .with_cache(idem::CacheOptions::new().max_age(std::time::Duration::from_secs(3600)))
+    };
+    let (a, b) = (open().await, open().await);
+    for idem in [&a, &b] {
+        assert!(
+            idem.cache_follows_releases(std::time::Duration::from_secs(10))
+                .await
+        );
+    }
+    let k = idem::testkit::digest("released", "k");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = |idem: &Idem| {
+        let runs = runs.clone();
+        idem.call("released")
+            .key("k")
+            .ttl(std::time::Duration::from_secs(3600))
+            .run(async move { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) as u32 + 1) })
+    };
+    assert_eq!(call(&a).await.unwrap(), Outcome::Fresh(1));
+
+    // The stored value becomes another result's (999), behind the handles' backs.
+    a.call("other")
+        .key("k")
+        .run(async { Ok::<_, Error>(999u32) })
+        .await
+        .unwrap();
+    let other = idem::testkit::digest("other", "k");
+    let value = a.store().get(&other).await.unwrap().unwrap().value.unwrap();
+    let redis_key = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .redis_key(&k);
+    let mut con = redis_support::raw(&server.url()).await;
+    let _: i64 = redis::cmd("HSET")
+        .arg(&redis_key)
+        .arg("value")
+        .arg(value)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&b).await.unwrap(),
+        Outcome::Replayed(999),
+        "b reads the server"
+    );
+    assert_eq!(
+        call(&a).await.unwrap(),
+        Outcome::Replayed(1),
+        "a replays its cache"
+    );
+
+    assert!(b.force_release(&k).await.unwrap().is_some(), "b releases k");
+    let released = std::time::Instant::now();
+    loop {
+        match call(&a).await.unwrap() {
+            Outcome::Fresh(n) => {
+                assert_eq!(n, 2);
+                break;
+            }
+            Outcome::Replayed(v) => {
+                assert_eq!(v, 1);
+                assert!(
+                    released.elapsed() < std::time::Duration::from_secs(5),
+                    "a still replays from its cache 5 s after b released the key"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+    eprintln!("a saw b's release after {:?}", released.elapsed());
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 idem_integration::server_tests! {
     ANYWHERE => [
         a_url_that_does_not_parse_is_a_config_error,
@@ -239,5 +323,7 @@ idem_integration::server_tests! {
         the_servers_bulk_limit_caps_the_value_size,
         a_read_only_replica_is_a_clear_store_error,
         a_full_server_is_a_clear_store_error,
+        #[cfg(feature = "cache")]
+        a_release_elsewhere_reaches_this_handles_cache,
     ],
 }

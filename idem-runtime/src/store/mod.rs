@@ -25,11 +25,18 @@ use std::time::Duration;
 
 mod inspect;
 mod migration;
+mod releases;
 
 pub use crate::backend::{Backend, UnknownScheme};
 pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "redis")),
+    allow(unused_imports)
+)]
+pub(crate) use releases::{Announce, ReleaseHub};
+pub use releases::{ReleaseFeed, ReleaseNote};
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
@@ -206,6 +213,16 @@ pub trait Store: Send + Sync + 'static {
     fn changed<'a>(&'a self, key: &'a Digest, timeout: Duration) -> BoxFuture<'a, ()> {
         let _ = key;
         Box::pin(tokio::time::sleep(timeout.min(Duration::from_millis(25))))
+    }
+
+    /// A feed of the keys force-released on this store ([`Store::force_release`]) by any
+    /// instance or tool, for what an instance keeps about completed records (the handle's local
+    /// cache) to forget them at once. `None` (the default): the store publishes no releases.
+    /// PostgreSQL (`LISTEN`, unless opened with `notify(false)`) and a single Redis server
+    /// (pub/sub) have one. Make it on a Tokio runtime: the store's listener starts with the
+    /// first feed.
+    fn releases(&self) -> Option<ReleaseFeed> {
+        None
     }
 
     /// Ends the live record of `key` whatever its state (an operator's release after an incident

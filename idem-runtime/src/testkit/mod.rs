@@ -41,15 +41,40 @@ pub fn status_from_column(v: i64) -> Option<crate::store::Status> {
 /// `harness = false`, on [`libtest-mimic`](https://docs.rs/libtest-mimic) (a dev-dependency of
 /// the calling crate): when `make` returns `None` (a server that is not configured), every
 /// scenario shows as *ignored* in the summary `cargo test` prints, not as passed.
+///
+/// A second opener after `sealed:` runs every scenario again on the handle it opens, under the
+/// names `sealed::<scenario>` (a module `sealed` of `#[test]`s without `main:`; it must not
+/// exist already). One test binary then covers a store both as it is and with whatever the
+/// second opener turns on, typically [`sealed`] (encryption, compression and the local cache):
+///
+/// ```text
+/// async fn open() -> Option<idem::Idem> { … }
+/// async fn open_sealed() -> Option<idem::Idem> {
+///     open().await.map(idem::testkit::sealed)
+/// }
+/// idem::conformance_suite!(main: open, sealed: open_sealed);
+/// ```
 #[macro_export]
 macro_rules! conformance_suite {
-    (main: $make:path) => {
+    (main: $make:path, sealed: $sealed:path $(,)?) => {
+        $crate::conformance_suite!(@scenarios main_sealed ($make, $sealed));
+    };
+    (main: $make:path $(,)?) => {
         $crate::conformance_suite!(@scenarios main $make);
     };
-    ($make:path) => {
+    ($make:path, sealed: $sealed:path $(,)?) => {
+        $crate::conformance_suite!($make);
+        mod sealed {
+            #[allow(unused_imports)]
+            use super::*;
+            // The opener's path resolves from in here, through `use super::*`.
+            $crate::conformance_suite!(@scenarios tests $sealed);
+        }
+    };
+    ($make:path $(,)?) => {
         $crate::conformance_suite!(@scenarios tests $make);
     };
-    (@scenarios $mode:ident $make:path) => {
+    (@scenarios $mode:ident $make:tt) => {
         $crate::conformance_suite!(@$mode $make;
             first_call_runs_body_once, repeat_after_finish_replays, repeat_in_flight_is_in_progress,
             wait_replays_the_finished_value, wait_gives_up_with_in_progress, mismatch_is_refused,
@@ -74,19 +99,33 @@ macro_rules! conformance_suite {
     };
     (@main $make:path; $($name:ident),* $(,)?) => {
         fn main() -> ::std::process::ExitCode {
-            let trials = ::std::vec![$(
-                ::libtest_mimic::Trial::ignorable_test(::std::stringify!($name), || {
-                    match $crate::testkit::try_scenario($make, $crate::testkit::scenarios::$name) {
-                        $crate::testkit::Ran::Completed => {
-                            ::std::result::Result::Ok(::libtest_mimic::Completion::Completed)
-                        }
-                        $crate::testkit::Ran::Skipped(why) => {
-                            ::std::result::Result::Ok(::libtest_mimic::Completion::ignored_with(why))
-                        }
-                    }
-                })
-            ),*];
+            let trials = ::std::vec![
+                $($crate::conformance_suite!(@trial ::std::stringify!($name), $make, $name)),*
+            ];
             ::libtest_mimic::run(&::libtest_mimic::Arguments::from_args(), trials).exit_code()
         }
+    };
+    (@main_sealed ($make:path, $sealed:path); $($name:ident),* $(,)?) => {
+        fn main() -> ::std::process::ExitCode {
+            let trials = ::std::vec![
+                $($crate::conformance_suite!(@trial ::std::stringify!($name), $make, $name),)*
+                $($crate::conformance_suite!(
+                    @trial ::std::concat!("sealed::", ::std::stringify!($name)), $sealed, $name
+                )),*
+            ];
+            ::libtest_mimic::run(&::libtest_mimic::Arguments::from_args(), trials).exit_code()
+        }
+    };
+    (@trial $label:expr, $make:path, $name:ident) => {
+        ::libtest_mimic::Trial::ignorable_test($label, || {
+            match $crate::testkit::try_scenario($make, $crate::testkit::scenarios::$name) {
+                $crate::testkit::Ran::Completed => {
+                    ::std::result::Result::Ok(::libtest_mimic::Completion::Completed)
+                }
+                $crate::testkit::Ran::Skipped(why) => {
+                    ::std::result::Result::Ok(::libtest_mimic::Completion::ignored_with(why))
+                }
+            }
+        })
     };
 }

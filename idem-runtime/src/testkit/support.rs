@@ -95,6 +95,26 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// `idem` with everything that transforms a stored result turned on, as far as the features
+/// built allow: encryption under a ring of two keys (`old`, then `new`, which seals; feature
+/// `encryption`), zstd above 64 bytes (feature `compression`), and the local cache with its
+/// defaults (feature `cache`). The second opener of
+/// [`conformance_suite!`](crate::conformance_suite!)`(…, sealed: …)`: every scenario must pass
+/// through it as without.
+pub fn sealed(idem: Idem) -> Idem {
+    #[cfg(feature = "encryption")]
+    let idem = idem.with_encryption(
+        crate::Keyring::new("old", [1; 32])
+            .and_then(|ring| ring.with_key("new", [2; 32]))
+            .expect("two valid keys"),
+    );
+    #[cfg(feature = "compression")]
+    let idem = idem.with_compression(64);
+    #[cfg(feature = "cache")]
+    let idem = idem.with_cache(crate::CacheOptions::new());
+    idem
+}
+
 /// A namespace no other scenario, process or earlier run uses.
 pub fn unique(name: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);

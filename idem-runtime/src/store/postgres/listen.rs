@@ -158,3 +158,56 @@ async fn listen(me: Weak<Notifier>, pool: PgPool, channel: String) {
         }
     }
 }
+
+/// The listener of [`Store::releases`](crate::store::Store::releases): `LISTEN` on the releases
+/// channel, on a connection of its own, announcing each released key; reconnects for ever
+/// (until the store and its feeds are gone, which aborts it).
+pub(crate) async fn announce_releases(
+    connect: PgConnectOptions,
+    channel: String,
+    announce: crate::store::Announce,
+) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with(connect);
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "idem: postgres releases listener cannot connect");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        listener.ignore_pool_close_event(true);
+        if let Err(e) = listener.listen(&channel).await {
+            tracing::debug!(error = %e, "idem: LISTEN for releases failed");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        announce.listening();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(note)) => match Digest::from_hex(note.payload()) {
+                    Some(key) => announce.released(key),
+                    // Not ours to read: whatever it released, forget everything.
+                    None => announce.listening(),
+                },
+                // The connection was lost: listen again on a new one, and say so once it is up.
+                Ok(None) => {
+                    announce.lost();
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "idem: postgres releases listener lost; reconnecting");
+                    announce.lost();
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -49,7 +49,7 @@ pub use sqlx;
 
 use super::{
     millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Migration, Record,
-    SchemaVersion, Status, Store,
+    ReleaseFeed, ReleaseHub, SchemaVersion, Status, Store,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
@@ -84,6 +84,8 @@ struct Inner {
     table: Table,
     sql: Sql,
     notifier: Option<Arc<Notifier>>,
+    /// The listener for other instances' releases (`Store::releases`), with `notify` on.
+    releases: Option<Arc<ReleaseHub>>,
     migrate_on_open: bool,
     complete_retry: Duration,
 }
@@ -309,12 +311,20 @@ impl PostgresStore {
             let connect = (*pool.connect_options()).clone();
             Arc::new(Notifier::new(connect, table.channel.clone()))
         });
+        let releases = options.notify.then(|| {
+            let connect = (*pool.connect_options()).clone();
+            let channel = table.released_channel.clone();
+            Arc::new(ReleaseHub::new(move |announce| {
+                listen::announce_releases(connect.clone(), channel.clone(), announce)
+            }))
+        });
         PostgresStore {
             inner: Arc::new(Inner {
                 sql: Sql::new(&table, options.notify),
                 pool,
                 table,
                 notifier,
+                releases,
                 migrate_on_open: options.migrate_on_open,
                 complete_retry: options.complete_retry,
             }),
@@ -597,6 +607,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn releases(&self) -> Option<ReleaseFeed> {
+        self.inner.releases.as_ref().map(ReleaseHub::subscribe)
+    }
+
     fn force_release<'a>(
         &'a self,
         key: &'a Digest,
@@ -605,6 +619,7 @@ impl Store for PostgresStore {
             let row = sqlx::query(&self.inner.sql.force_release)
                 .bind(&key.0[..])
                 .bind(self.channel())
+                .bind(&self.inner.table.released_channel)
                 .fetch_optional(&self.inner.pool)
                 .await
                 .map_err(|e| pg_error("force_release", e))?;

@@ -34,6 +34,8 @@ pub(crate) struct Table {
     pub(crate) expires_idx: String,
     /// The NOTIFY channel (a plain string, passed to `pg_notify` as a bound parameter).
     pub(crate) channel: String,
+    /// The channel operators' releases are announced on (`Store::releases`).
+    pub(crate) released_channel: String,
     /// The schema given in the name, if any.
     pub(crate) schema: Option<String>,
 }
@@ -73,6 +75,7 @@ impl Table {
             migrations: q(&format!("{table}_migrations")),
             expires_idx: format!("\"{table}_expires_idx\""),
             channel: format!("idem_{table}"),
+            released_channel: format!("idem_{table}_released"),
             schema: schema.map(str::to_string),
         })
     }

@@ -128,13 +128,17 @@ impl Sql {
             ),
             // Ends the live row, whatever its state, and answers it as it was (an UPDATE's
             // RETURNING shows the row after the change). The lock taken by the read holds the
-            // row to the update, so the two see one version.
+            // row to the update, so the two see one version. Every release is announced on the
+            // releases channel (`$3`), whatever the `notify` option: other instances' caches
+            // forget the key (`Store::releases`). Releases are rare, so the NOTIFY's commit
+            // lock costs nothing that matters.
             force_release: format!(
                 "WITH old AS ( \
                    SELECT {cols} FROM {r} WHERE key = $1 AND expires_at > {CLOCK} FOR UPDATE), \
                  ended AS (UPDATE {r} AS d SET expires_at = {CLOCK} FROM old WHERE d.key = $1 \
-                   RETURNING {} AS notified) \
-                 SELECT old.*, {CLOCK}, ended.notified FROM old, ended",
+                   RETURNING {} AS notified, \
+                     pg_notify($3, encode(d.key, 'hex')) IS NULL AS announced) \
+                 SELECT old.*, {CLOCK}, ended.notified, ended.announced FROM old, ended",
                 notify_expr("d", 2)
             ),
         }

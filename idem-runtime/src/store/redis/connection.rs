@@ -7,6 +7,7 @@ use super::notifier::{Notifier, Source};
 use super::scripts::{Publish, Scripts};
 use super::{RedisOptions, RedisStore, BACKEND};
 use crate::error::{Error, StoreErrorKind};
+use crate::store::ReleaseHub;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, Script, Value};
 use std::sync::Arc;
@@ -43,8 +44,21 @@ impl RedisStore {
                 ))
             }
         };
-        let notifier = Notifier::new(Source::Server(client), options.clone());
-        RedisStore::open_with_conn(Conn::Single(conn), notifier, Publish::Channel, options).await
+        let notifier = Notifier::new(Source::Server(client.clone()), options.clone());
+        let mut store =
+            RedisStore::open_with_conn(Conn::Single(conn), notifier, Publish::Channel, options)
+                .await?;
+        let channel = format!("{}:v1:released", store.options.key_prefix);
+        let listen_options = store.options.clone();
+        store.releases = Some(Arc::new(ReleaseHub::new(move |announce| {
+            super::notifier::announce_releases(
+                client.clone(),
+                listen_options.clone(),
+                channel.clone(),
+                announce,
+            )
+        })));
+        Ok(store)
     }
 
     /// Connects to the Redis Cluster that `nodes` belong to, with `options`. Waiters listen on
@@ -140,6 +154,7 @@ impl RedisStore {
             max_value,
             key_head,
             notifier: Arc::new(notifier),
+            releases: None,
             options,
         })
     }

@@ -13,4 +13,8 @@ redis.call('HSET', key, 'status', '2', 'expires_at', string.format('%.0f', now))
 redis.call('HDEL', key, 'value', 'waiters')
 redis.call('PEXPIRE', key, 1000)
 redis.call('PUBLISH', key, 'released')
+-- Announced to every instance's cache (`Store::releases`) on `<prefix>:v1:released`, the key's
+-- hex as the message. One server only: the cluster's script has no lines marked `announce`.
+local brace = string.find(key, '{', 1, true) -- announce
+redis.call("PUBLISH", string.sub(key, 1, brace - 1) .. 'released', string.sub(key, brace + 1, -2)) -- announce
 return {r[1], r[2], r[3], r[4], r[5], r[6], r[7], string.format('%.0f', now)}

@@ -79,7 +79,10 @@ mod scripts;
 
 pub use options::RedisOptions;
 
-use super::{millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store};
+use super::{
+    millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Record, ReleaseFeed, ReleaseHub,
+    Status, Store,
+};
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
 use ::redis::{Client, Script, Value};
@@ -119,6 +122,8 @@ pub struct RedisStore {
     key_head: String,
     /// Pub/sub: a server's channels, or a cluster's shard channels.
     notifier: Arc<Notifier>,
+    /// The subscriber to operators' releases (`Store::releases`); one server only.
+    releases: Option<Arc<ReleaseHub>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -506,6 +511,10 @@ impl Store for RedisStore {
             }
             let _ = tokio::time::timeout(timeout.min(WAIT_SLICE), notified).await;
         })
+    }
+
+    fn releases(&self) -> Option<ReleaseFeed> {
+        self.releases.as_ref().map(ReleaseHub::subscribe)
     }
 
     fn force_release<'a>(

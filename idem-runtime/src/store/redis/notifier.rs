@@ -9,6 +9,7 @@
 //! the key, not broadcast over the cluster bus to every node as `PUBLISH` would be.
 
 use super::RedisOptions;
+use crate::key::Digest;
 use ::redis::aio::PubSubSink;
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
@@ -299,5 +300,52 @@ impl Drop for Notifier {
         if let Some(task) = lock(&self.dispatcher).take() {
             task.abort();
         }
+    }
+}
+
+/// The listener of [`Store::releases`](crate::store::Store::releases) on one server: `SUBSCRIBE`
+/// to the releases channel on a pub/sub connection of its own, announcing each released key;
+/// reconnects for ever (until the store and its feeds are gone, which aborts it).
+pub(super) async fn announce_releases(
+    client: Client,
+    options: RedisOptions,
+    channel: String,
+    announce: crate::store::Announce,
+) {
+    loop {
+        let connected =
+            tokio::time::timeout(options.connection_timeout, client.get_async_pubsub()).await;
+        let mut pubsub = match connected {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "idem: redis releases subscriber cannot connect");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let subscribed =
+            tokio::time::timeout(options.response_timeout, pubsub.subscribe(&channel)).await;
+        if !matches!(subscribed, Ok(Ok(()))) {
+            tracing::debug!("idem: SUBSCRIBE for releases failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        announce.listening();
+        let mut messages = pubsub.on_message();
+        while let Some(msg) = messages.next().await {
+            let payload: Vec<u8> = msg.get_payload_bytes().to_vec();
+            match std::str::from_utf8(&payload)
+                .ok()
+                .and_then(Digest::from_hex)
+            {
+                Some(key) => announce.released(key),
+                // Not ours to read: whatever it released, forget everything.
+                None => announce.listening(),
+            }
+        }
+        tracing::debug!("idem: redis releases subscriber lost; reconnecting");
+        announce.lost();
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
