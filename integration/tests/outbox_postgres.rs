@@ -484,11 +484,14 @@ async fn delivered_messages_are_purged(url: String) {
     s.cleanup().await;
 }
 
+/// What the relays published, in order: (relay, ordering key, payload).
+type Published = Arc<Mutex<Vec<(&'static str, String, i64)>>>;
+
 /// Fails one publish in three (a fixed pattern), records the others: (relay, key, payload).
 struct Flaky {
     name: &'static str,
     calls: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<(&'static str, String, i64)>>>,
+    seen: Published,
 }
 
 impl Publisher for Flaky {
