@@ -196,6 +196,16 @@ pub(crate) struct KeyArgs {
     /// The key's digest (64 hex digits, as `idem list` prints it) instead of KEY
     #[arg(long, value_name = "HEX", conflicts_with_all = ["key", "json_key", "scope", "json_scope"])]
     pub(crate) digest: Option<String>,
+    /// The secret of a store written with keyed digests (`with_digest_secret`), as hex: KEY
+    /// then names the record by its HMAC, as the application's calls do. Not needed with
+    /// --digest
+    #[arg(
+        long,
+        value_name = "HEX",
+        env = "IDEM_DIGEST_SECRET",
+        hide_env_values = true
+    )]
+    pub(crate) digest_secret: Option<String>,
 }
 
 /// `--status`.

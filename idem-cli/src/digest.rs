@@ -52,7 +52,12 @@ impl Named {
             (None, Some(j)) => Some(json_value("--json-scope", j)?),
             (None, None) => None,
         };
-        let digest = key::key_digest(name, scope.as_deref(), &key);
+        let digest = match &k.digest_secret {
+            Some(hex) => key::DigestSecret::from_hex(hex)
+                .map_err(|e| Failure::usage(format!("--digest-secret: {e}")))?
+                .key_digest(name, scope.as_deref(), &key),
+            None => key::key_digest(name, scope.as_deref(), &key),
+        };
         let scope_label = match (&k.scope, &k.json_scope) {
             (Some(s), _) | (None, Some(s)) => format!(" (scope {s})"),
             _ => String::new(),

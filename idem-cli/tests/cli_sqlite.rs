@@ -446,3 +446,53 @@ fn show_value_decrypts_with_the_keyring() {
     ])
     .expect(2);
 }
+
+/// A store written with keyed digests: KEY finds its record only under `--digest-secret` (or
+/// `IDEM_DIGEST_SECRET`), as the application's calls do; a secret that is not hex, or too short,
+/// is a usage error.
+#[test]
+fn keys_of_a_store_with_keyed_digests_need_the_secret() {
+    let db = db();
+    let secret = "5a".repeat(32);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let idem = idem::Idem::sqlite(&db.url)
+            .await
+            .unwrap()
+            .with_digest_secret(idem::key::DigestSecret::from_hex(&secret).unwrap());
+        complete(
+            &idem,
+            "charges.v1",
+            "order-7",
+            77,
+            Duration::from_secs(3600),
+        )
+        .await;
+    });
+    let cli = Cli::new(&db.url);
+    let unkeyed = cli.run(&["show", "charges.v1", "order-7"]).expect(1);
+    assert!(unkeyed.stderr.contains("no live record"), "{unkeyed:#?}");
+    let keyed = cli
+        .run(&[
+            "--json",
+            "show",
+            "charges.v1",
+            "order-7",
+            "--value",
+            "--digest-secret",
+            &secret,
+        ])
+        .expect(0)
+        .json();
+    assert_eq!(keyed["status"], "completed", "{keyed:#}");
+    assert_eq!(keyed["value"]["ok"], 77, "{keyed:#}");
+    let other = "a5".repeat(32);
+    cli.run(&["show", "charges.v1", "order-7", "--digest-secret", &other])
+        .expect(1);
+    let bad = cli
+        .run(&["show", "charges.v1", "order-7", "--digest-secret", "xyz"])
+        .expect(2);
+    assert!(bad.stderr.contains("--digest-secret"), "{bad:#?}");
+    cli.run(&["show", "charges.v1", "order-7", "--digest-secret", "abcd"])
+        .expect(2);
+}

@@ -208,6 +208,23 @@ impl DigestSecret {
             .map_err(|e| crate::error::Error::config(format!("the digest secret: {e}")))
     }
 
+    /// A secret given as hex (what an operator's tool reads from its command line or its
+    /// environment): an even number of hex digits, at least [`MIN_DIGEST_SECRET_LEN`] bytes.
+    pub fn from_hex(hex: &str) -> Result<DigestSecret, crate::error::Error> {
+        let hex = hex.trim();
+        if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(crate::error::Error::config(
+                "the digest secret in hex: an even number of hex digits (0-9, a-f)",
+            ));
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|e| crate::error::Error::config(format!("the digest secret in hex: {e}")))?;
+        DigestSecret::new(&bytes)
+    }
+
     /// [`key_digest`] under this secret.
     pub fn key_digest(&self, namespace: &str, scope: Option<&[u8]>, key: &[u8]) -> Digest {
         use hmac::Mac as _;

@@ -40,6 +40,7 @@ pub fn idem_with_env(args: &[&str], env: &[(String, String)]) -> Run {
         .env_remove("IDEM_TABLE")
         .env_remove("IDEM_REDIS_PREFIX")
         .env_remove("IDEM_KEYRING")
+        .env_remove("IDEM_DIGEST_SECRET")
         .env_remove("IDEM_OUTBOX_TABLE")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
