@@ -373,17 +373,22 @@ pub(crate) fn reaper_tick(purged: u64) {
 /// The outbox's gauges (feature `metrics`): messages pending, dead letters, and the age of the
 /// oldest pending message (0 when none is pending), labelled with the outbox table.
 #[cfg(feature = "outbox")]
-pub(crate) fn outbox_gauges(table: &str, stats: &crate::outbox::OutboxStats) {
+pub(crate) fn outbox_gauges(
+    table: &str,
+    pending: u64,
+    dead: u64,
+    oldest_pending: Option<std::time::Duration>,
+) {
     #[cfg(feature = "metrics")]
     {
         let table = table.to_string();
-        metrics::gauge!("idem_outbox_pending", "table" => table.clone()).set(stats.pending as f64);
-        metrics::gauge!("idem_outbox_dead", "table" => table.clone()).set(stats.dead as f64);
+        metrics::gauge!("idem_outbox_pending", "table" => table.clone()).set(pending as f64);
+        metrics::gauge!("idem_outbox_dead", "table" => table.clone()).set(dead as f64);
         metrics::gauge!("idem_outbox_oldest_pending_seconds", "table" => table)
-            .set(stats.oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+            .set(oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (table, stats);
+    let _ = (table, pending, dead, oldest_pending);
 }
 
 /// Messages a relay handled (feature `metrics`): `idem_outbox_messages_total{table, outcome}`,

@@ -269,7 +269,12 @@ impl Outbox {
     /// own scheduler when no relay runs in the process that exports metrics.
     pub async fn report_metrics(&self) -> Result<OutboxStats, Error> {
         let stats = self.stats().await?;
-        crate::observe::outbox_gauges(self.table(), &stats);
+        crate::observe::outbox_gauges(
+            self.table(),
+            stats.pending,
+            stats.dead,
+            stats.oldest_pending,
+        );
         Ok(stats)
     }
 }
