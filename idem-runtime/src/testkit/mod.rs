@@ -86,6 +86,7 @@ macro_rules! conformance_suite {
             current_key_is_stable_across_retries, purge_removes_only_expired_records,
             purge_spares_claims_taken_over_meanwhile,
             get_returns_the_live_record, force_release_frees_a_live_claim, values_are_binary_safe,
+            copied_values_do_not_decrypt_under_another_key,
             steps_replay_finished_and_rerun_failed, steps_survive_a_crash_between_steps,
             steps_nest_and_dedupe, step_with_other_arguments_is_a_mismatch);
     };

@@ -168,3 +168,54 @@ pub async fn values_are_binary_safe(idem: Idem) {
     assert_eq!(a.into_inner(), b.into_inner());
     assert_eq!(c.get(), 1);
 }
+
+/// A stored value copied under another key, or into another namespace, by someone who can
+/// write the store: on a handle that encrypts, the copy does not open (`CodecErrorKind::Decrypt`,
+/// bound to its key digest and namespace) and no body runs; on a plain handle it replays as
+/// written (nothing binds a plain value to its key, which is what encryption adds).
+pub async fn copied_values_do_not_decrypt_under_another_key(idem: Idem) {
+    #[cfg(feature = "encryption")]
+    let encrypts = idem.codec().keyring.is_some();
+    #[cfg(not(feature = "encryption"))]
+    let encrypts = false;
+    let name = unique("copied");
+    let c = Counter::default();
+    let original = charge(&idem, &name, "a", &c).await.unwrap().into_inner();
+    let store = idem.store();
+    let a = store
+        .get(&digest(&name, "a"))
+        .await
+        .unwrap()
+        .expect("a's record");
+    let other = unique("copied-elsewhere");
+    for (ns, key) in [(name.as_str(), "b"), (other.as_str(), "a")] {
+        let to = digest(ns, key);
+        let ClaimOutcome::Claimed { token } = store
+            .claim(Claim {
+                name: ns,
+                key: &to,
+                fingerprint: &fingerprint(key),
+                lease: Duration::from_secs(30),
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("{ns}/{key} is a new key")
+        };
+        let copied = Complete {
+            key: &to,
+            token,
+            value: a.value.as_deref().expect("a completed record has a value"),
+            ttl: Duration::from_secs(60),
+        };
+        assert!(store.complete(copied).await.unwrap());
+        match charge(&idem, ns, key, &c).await {
+            Err(Failure::Idem(Error::Codec(e))) if encrypts => {
+                assert_eq!(e.kind, crate::CodecErrorKind::Decrypt, "{ns}/{key}: {e}")
+            }
+            Ok(Outcome::Replayed(receipt)) if !encrypts => assert_eq!(receipt, original),
+            other => panic!("{ns}/{key} (encrypted: {encrypts}): {other:?}"),
+        }
+    }
+    assert_eq!(c.get(), 1, "no body ran on a copied value");
+}
