@@ -62,9 +62,9 @@ impl Outbox<Postgres> {
     ) -> Result<Outbox<Postgres>, Error> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(Error::config(
-                "Outbox::connect opens an outbox on PostgreSQL: the URL must start with \
-                 postgres:// or postgresql:// (postgres://user:password@host:port/database); \
-                 for mysql:// use Outbox::connect_mysql",
+                "the outbox is on PostgreSQL: the URL must start with postgres:// or \
+                 postgresql:// (postgres://user:password@host:port/database); for a mysql:// \
+                 URL, Outbox::connect_mysql",
             ));
         }
         let t = Table::parse(table)?;
