@@ -94,7 +94,7 @@ pub(crate) enum Command {
     },
     /// Count records by namespace and state
     Stats,
-    /// The transactional outbox (PostgreSQL): its messages, dead letters and purge
+    /// The transactional outbox (PostgreSQL or MySQL, by the URL): its messages, dead letters and purge
     Outbox {
         #[command(subcommand)]
         command: OutboxCommand,

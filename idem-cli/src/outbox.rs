@@ -1,14 +1,68 @@
-//! `idem outbox …`: the transactional outbox's messages on PostgreSQL — what is pending or dead,
-//! dead letters put back in the queue, delivered messages purged — and what each prints.
+//! `idem outbox …`: the transactional outbox's messages on PostgreSQL or MySQL / MariaDB (by
+//! the URL's scheme) — what is pending or dead, dead letters put back in the queue, delivered
+//! messages purged — and what each prints.
 
 use crate::cli::{OutboxCommand, OutboxStateArg};
 use crate::failure::{Failure, Situation};
 use crate::format::{human, table};
 use crate::render::doc;
-use idem::outbox::{ListFilter, MessageInfo, MessageState, Outbox, OutboxStats};
+use idem::outbox::{ListFilter, MessageInfo, MessageState, Outbox, OutboxDatabase, OutboxStats};
+use idem::postgres::sqlx::mysql::MySqlPoolOptions;
 use idem::postgres::sqlx::postgres::PgPoolOptions;
+use idem::postgres::sqlx::{MySql, Pool, Postgres};
 use serde_json::{json, Value};
+use std::future::Future;
 use std::time::Duration;
+
+/// A database the outbox commands open by URL: each opens its outbox its own way.
+trait OutboxUrl: OutboxDatabase {
+    /// `Outbox::connect…`: checked, nothing created.
+    fn open(url: &str, table: &str) -> impl Future<Output = Result<Outbox<Self>, idem::Error>>;
+    /// An outbox on a lazy one-connection pool, for `idem outbox migrate`.
+    fn for_migration(url: &str, table: &str) -> Result<Outbox<Self>, idem::Error>;
+    /// Closes the pool.
+    fn close(pool: &Pool<Self>) -> impl Future<Output = ()>;
+}
+
+impl OutboxUrl for Postgres {
+    fn open(url: &str, table: &str) -> impl Future<Output = Result<Outbox<Self>, idem::Error>> {
+        Outbox::connect_as(url, table, Some("idem-cli"))
+    }
+    fn for_migration(url: &str, table: &str) -> Result<Outbox<Self>, idem::Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy(url)
+            .map_err(|e| idem::Error::config(format!("invalid PostgreSQL URL: {e}")))?;
+        Outbox::with_table(pool, table)
+    }
+    fn close(pool: &Pool<Self>) -> impl Future<Output = ()> {
+        pool.close()
+    }
+}
+
+impl OutboxUrl for MySql {
+    fn open(url: &str, table: &str) -> impl Future<Output = Result<Outbox<Self>, idem::Error>> {
+        Outbox::connect_mysql(url, table)
+    }
+    fn for_migration(url: &str, table: &str) -> Result<Outbox<Self>, idem::Error> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy(url)
+            .map_err(|e| idem::Error::config(format!("invalid MySQL URL: {e}")))?;
+        Outbox::mysql_with_table(pool, table)
+    }
+    fn close(pool: &Pool<Self>) -> impl Future<Output = ()> {
+        pool.close()
+    }
+}
+
+/// True for a MySQL / MariaDB URL; anything else is opened as PostgreSQL, which refuses what
+/// is not its own.
+fn is_mysql(url: &str) -> bool {
+    url.starts_with("mysql://") || url.starts_with("mariadb://")
+}
 
 /// Where the command runs: for hints and the outbox's connection.
 struct Here<'a> {
@@ -28,8 +82,8 @@ impl Here<'_> {
         .failure(e)
     }
 
-    async fn open(&self) -> Result<Outbox, Failure> {
-        Outbox::connect_as(self.url, self.table, Some("idem-cli"))
+    async fn open<Db: OutboxUrl>(&self) -> Result<Outbox<Db>, Failure> {
+        Db::open(self.url, self.table)
             .await
             .map_err(|e| self.failure(e))
     }
@@ -49,11 +103,21 @@ pub(crate) async fn run(
         command,
         json,
     };
+    if is_mysql(url) {
+        run_on::<MySql>(&here, what).await
+    } else {
+        run_on::<Postgres>(&here, what).await
+    }
+}
+
+/// One command on an outbox of database `Db`.
+async fn run_on<Db: OutboxUrl>(here: &Here<'_>, what: OutboxCommand) -> Result<String, Failure> {
+    let (table, json) = (here.table, here.json);
     match what {
-        OutboxCommand::Migrate => migrate(&here).await,
+        OutboxCommand::Migrate => migrate::<Db>(here).await,
         OutboxCommand::Stats => {
             let stats = here
-                .open()
+                .open::<Db>()
                 .await?
                 .stats()
                 .await
@@ -80,16 +144,16 @@ pub(crate) async fn run(
             if let Some(k) = ordering_key {
                 filter = filter.ordering_key(k);
             }
-            let outbox = here.open().await?;
+            let outbox = here.open::<Db>().await?;
             let rows = outbox.list(&filter).await.map_err(|e| here.failure(e))?;
             Ok(render_list(&rows, limit, json))
         }
-        OutboxCommand::Retry { id, .. } => retry(&here, id.as_deref()).await,
+        OutboxCommand::Retry { id, .. } => retry::<Db>(here, id.as_deref()).await,
         OutboxCommand::Purge {
             delivered_older_than,
         } => {
             let older = delivered_older_than.unwrap_or_default();
-            let outbox = here.open().await?;
+            let outbox = here.open::<Db>().await?;
             let n = outbox
                 .purge_delivered(older)
                 .await
@@ -107,22 +171,21 @@ pub(crate) async fn run(
     }
 }
 
-async fn migrate(here: &Here<'_>) -> Result<String, Failure> {
-    if !(here.url.starts_with("postgres://") || here.url.starts_with("postgresql://")) {
+async fn migrate<Db: OutboxUrl>(here: &Here<'_>) -> Result<String, Failure> {
+    if !(here.url.starts_with("postgres://")
+        || here.url.starts_with("postgresql://")
+        || is_mysql(here.url))
+    {
         return Err(Failure::usage(
-            "the outbox is on PostgreSQL: --url must be postgres://USER@HOST:PORT/DATABASE",
+            "the outbox is on PostgreSQL or MySQL: --url must be \
+             postgres://USER@HOST:PORT/DATABASE or mysql://USER@HOST:PORT/DATABASE",
         ));
     }
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy(here.url)
-        .map_err(|e| Failure::usage(format!("invalid PostgreSQL URL: {e}")))?;
-    let outbox = Outbox::with_table(pool, here.table).map_err(|e| here.failure(e))?;
+    let outbox = Db::for_migration(here.url, here.table).map_err(|e| here.failure(e))?;
     let from = outbox.schema_version().await.map_err(|e| here.failure(e))?;
     let outbox = outbox.migrate().await.map_err(|e| here.failure(e))?;
     let to = outbox.schema_version().await.map_err(|e| here.failure(e))?;
-    outbox.pool().close().await;
+    Db::close(outbox.pool()).await;
     Ok(if here.json {
         doc(json!({"table": here.table, "from": from, "to": to, "changed": from != to}))
     } else if from == 0 {
@@ -140,8 +203,8 @@ async fn migrate(here: &Here<'_>) -> Result<String, Failure> {
     })
 }
 
-async fn retry(here: &Here<'_>, id: Option<&str>) -> Result<String, Failure> {
-    let outbox = here.open().await?;
+async fn retry<Db: OutboxUrl>(here: &Here<'_>, id: Option<&str>) -> Result<String, Failure> {
+    let outbox = here.open::<Db>().await?;
     let n = outbox.retry_dead(id).await.map_err(|e| here.failure(e))?;
     if let (Some(id), 0) = (id, n) {
         // Say why nothing was done: no such message, or one that is not dead.

@@ -44,7 +44,10 @@ pub(crate) fn current() -> Option<CallContext> {
 
 /// Inside an idempotent call: the call's key and the position of the next message it enqueues
 /// in an outbox (0, 1, 2, … in the order of the body's `enqueue`s).
-#[cfg_attr(not(feature = "outbox"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "outbox", feature = "outbox-mysql")),
+    allow(dead_code)
+)]
 pub(crate) fn next_position() -> Option<(Digest, u32)> {
     CURRENT
         .try_with(|c| (c.key, c.enqueued.fetch_add(1, Ordering::Relaxed)))

@@ -20,7 +20,7 @@ pub mod http;
 pub mod key;
 mod lease;
 mod observe;
-#[cfg(feature = "outbox")]
+#[cfg(any(feature = "outbox", feature = "outbox-mysql"))]
 pub mod outbox;
 mod policy;
 pub mod protocol;

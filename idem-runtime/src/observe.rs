@@ -372,7 +372,7 @@ pub(crate) fn reaper_tick(purged: u64) {
 
 /// The outbox's gauges (feature `metrics`): messages pending, dead letters, and the age of the
 /// oldest pending message (0 when none is pending), labelled with the outbox table.
-#[cfg(feature = "outbox")]
+#[cfg(any(feature = "outbox", feature = "outbox-mysql"))]
 pub(crate) fn outbox_gauges(
     table: &str,
     pending: u64,
@@ -393,7 +393,7 @@ pub(crate) fn outbox_gauges(
 
 /// Messages a relay handled (feature `metrics`): `idem_outbox_messages_total{table, outcome}`,
 /// `outcome` being `delivered`, `failed` (to be retried) or `dead`.
-#[cfg(feature = "outbox")]
+#[cfg(any(feature = "outbox", feature = "outbox-mysql"))]
 pub(crate) fn outbox_handled(table: &str, outcome: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("idem_outbox_messages_total", "table" => table.to_string(), "outcome" => outcome)

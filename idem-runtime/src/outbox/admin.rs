@@ -1,15 +1,12 @@
-//! What operators do with an outbox (the `idem outbox` commands): open one by URL without
-//! creating anything, list its messages, purge delivered ones, and report its gauges.
+//! What operators do with an outbox (the `idem outbox` commands): list its messages, purge
+//! delivered ones, and report its gauges. Opening one by URL without creating anything is each
+//! database's (`Outbox::connect`, `Outbox::connect_mysql`).
 
-use super::schema::{self, DEAD, DELIVERED, PENDING};
-use super::{Outbox, OutboxStats, OUTBOX_SCHEMA_VERSION};
+use super::dialect::{Dialect, OutboxDatabase};
+use super::schema::{DEAD, DELIVERED, PENDING};
+use super::{Outbox, OutboxStats};
 use crate::error::{Error, StoreErrorKind};
-use crate::store::postgres::pg_error;
-use crate::store::postgres::schema::{current_version, ensure_with, Table};
 use crate::store::Backend;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Row};
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The state of an outbox message.
@@ -80,9 +77,9 @@ pub struct MessageInfo {
 #[derive(Debug, Clone)]
 pub struct ListFilter {
     states: Vec<MessageState>,
-    topic: Option<String>,
-    ordering_key: Option<String>,
-    limit: i64,
+    pub(super) topic: Option<String>,
+    pub(super) ordering_key: Option<String>,
+    pub(super) limit: i64,
 }
 
 impl Default for ListFilter {
@@ -121,127 +118,59 @@ impl ListFilter {
         self.limit = n.clamp(1, i64::MAX as usize) as i64;
         self
     }
+
+    /// The `status` codes of the selected states.
+    pub(super) fn codes(&self) -> Vec<i16> {
+        self.states.iter().map(|s| s.code()).collect()
+    }
 }
 
-impl Outbox {
-    /// Opens the outbox in `table` of the database at `url` (`postgres://…`) for an operator:
-    /// a pool of two connections, checked at once, and the table's schema checked without
-    /// creating anything. A table never migrated is an [`Error::Store`] of kind
-    /// [`StoreErrorKind::SchemaMissing`] whose message names the migration to run; a URL that
-    /// is not PostgreSQL's is [`Error::Config`].
-    pub async fn connect(url: &str, table: &str) -> Result<Outbox, Error> {
-        Outbox::connect_as(url, table, None).await
-    }
+/// One listed message from its columns: id, topic, ordering key, status, attempts, age (ms),
+/// time to the next attempt (ms), last error, payload length. An unknown status is `Corrupt`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn message_info(
+    backend: Backend,
+    id: String,
+    topic: String,
+    ordering_key: String,
+    status: i16,
+    attempts: i32,
+    age_ms: i64,
+    next_ms: i64,
+    last_error: Option<String>,
+    payload_len: i64,
+) -> Result<MessageInfo, Error> {
+    let state = MessageState::from_code(status).ok_or_else(|| {
+        Error::store_kind(
+            backend,
+            "outbox.list",
+            StoreErrorKind::Corrupt,
+            format!("outbox message with unknown status {status}"),
+        )
+    })?;
+    Ok(MessageInfo {
+        id,
+        topic,
+        ordering_key,
+        state,
+        attempts: attempts.max(0) as u32,
+        age: Duration::from_millis(age_ms.max(0) as u64),
+        next_attempt_in: (state == MessageState::Pending && next_ms > 0)
+            .then(|| Duration::from_millis(next_ms as u64)),
+        last_error,
+        payload_len: payload_len.max(0) as u64,
+    })
+}
 
-    /// [`Outbox::connect`] with the connections' `application_name`.
-    pub async fn connect_as(
-        url: &str,
-        table: &str,
-        application_name: Option<&str>,
-    ) -> Result<Outbox, Error> {
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(Error::config(
-                "the outbox is on PostgreSQL: the URL must start with postgres:// or \
-                 postgresql:// (postgres://user:password@host:port/database)",
-            ));
-        }
-        let t = Table::parse(table)?;
-        let mut options = PgConnectOptions::from_str(url).map_err(|e| {
-            Error::config(format!(
-                "invalid PostgreSQL URL ({e}); expected postgres://user:password@host:port/database"
-            ))
-        })?;
-        if let Some(name) = application_name {
-            options = options.application_name(name);
-        }
-        let mut conn = options
-            .connect()
-            .await
-            .map_err(|e| pg_error("outbox.connect", e))?;
-        let found = current_version(&mut conn, &t).await;
-        let checked = match found {
-            Ok(0) => Err(missing(&t)),
-            Ok(_) => ensure_with(
-                &mut conn,
-                &t,
-                false,
-                OUTBOX_SCHEMA_VERSION,
-                schema::migrations(&t),
-            )
-            .await
-            .map(drop),
-            Err(e) => Err(e),
-        };
-        let _ = sqlx::Connection::close(conn).await;
-        checked?;
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(options);
-        Outbox::with_table(pool, table)
-    }
-
+impl<Db: OutboxDatabase> Outbox<Db> {
     /// The messages `filter` selects, oldest first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<MessageInfo>, Error> {
-        let sql = format!(
-            "SELECT id, topic, ordering_key, status, attempts, \
-                    (extract(epoch FROM now() - created_at) * 1000)::bigint, \
-                    (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint, \
-                    last_error, octet_length(payload)::bigint \
-             FROM {t} WHERE status = ANY($1) \
-             AND ($2::text IS NULL OR topic = $2) AND ($3::text IS NULL OR ordering_key = $3) \
-             ORDER BY seq LIMIT $4",
-            t = self.records()
-        );
-        let states: Vec<i16> = filter.states.iter().map(|s| s.code()).collect();
-        let rows = sqlx::query(&sql)
-            .bind(states)
-            .bind(filter.topic.as_deref())
-            .bind(filter.ordering_key.as_deref())
-            .bind(filter.limit)
-            .fetch_all(self.pool())
-            .await
-            .map_err(|e| pg_error("outbox.list", e))?;
-        let db = |e| pg_error("outbox.list", e);
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let status: i16 = row.try_get(3).map_err(db)?;
-            let state = MessageState::from_code(status).ok_or_else(|| {
-                Error::store_kind(
-                    Backend::Postgres,
-                    "outbox.list",
-                    StoreErrorKind::Corrupt,
-                    format!("outbox message with unknown status {status}"),
-                )
-            })?;
-            let attempts: i32 = row.try_get(4).map_err(db)?;
-            let age: i64 = row.try_get(5).map_err(db)?;
-            let next: i64 = row.try_get(6).map_err(db)?;
-            let len: i64 = row.try_get(8).map_err(db)?;
-            out.push(MessageInfo {
-                id: row.try_get(0).map_err(db)?,
-                topic: row.try_get(1).map_err(db)?,
-                ordering_key: row.try_get(2).map_err(db)?,
-                state,
-                attempts: attempts.max(0) as u32,
-                age: Duration::from_millis(age.max(0) as u64),
-                next_attempt_in: (state == MessageState::Pending && next > 0)
-                    .then(|| Duration::from_millis(next as u64)),
-                last_error: row.try_get(7).map_err(db)?,
-                payload_len: len.max(0) as u64,
-            });
-        }
-        Ok(out)
+        self.dialect().list(self.pool(), filter).await
     }
 
     /// The state of the message `id`, `None` when there is none (never enqueued, or purged).
     pub async fn state_of(&self, id: &str) -> Result<Option<MessageState>, Error> {
-        let sql = format!("SELECT status FROM {} WHERE id = $1", self.records());
-        let status: Option<i16> = sqlx::query_scalar(&sql)
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(|e| pg_error("outbox.list", e))?;
+        let status = self.dialect().status_of(self.pool(), id).await?;
         Ok(status.and_then(MessageState::from_code))
     }
 
@@ -249,17 +178,9 @@ impl Outbox {
     /// `purge_every` with its retention) and returns how many. Pending and dead messages are
     /// never deleted.
     pub async fn purge_delivered(&self, older_than: Duration) -> Result<u64, Error> {
-        let sql = format!(
-            "DELETE FROM {} WHERE status = {DELIVERED} \
-             AND delivered_at < now() - $1 * interval '1 millisecond'",
-            self.records()
-        );
-        let done = sqlx::query(&sql)
-            .bind(older_than.as_millis().min(i64::MAX as u128) as i64)
-            .execute(self.pool())
+        self.dialect()
+            .purge_delivered(self.pool(), older_than)
             .await
-            .map_err(|e| pg_error("outbox.purge", e))?;
-        Ok(done.rows_affected())
     }
 
     /// Reads [`Outbox::stats`] and, with the feature `metrics`, sets the gauges
@@ -277,19 +198,4 @@ impl Outbox {
         );
         Ok(stats)
     }
-}
-
-/// The outbox table is missing: which migration creates it.
-fn missing(t: &Table) -> Error {
-    Error::store_kind(
-        Backend::Postgres,
-        "outbox.connect",
-        StoreErrorKind::SchemaMissing,
-        format!(
-            "the PostgreSQL database has no outbox table {}: it is created by outbox migration \
-             1 (\"outbox messages\"), which `Outbox::migrate()` runs (or `idem outbox migrate`; \
-             the SQL: `Outbox::migrations(\"{}\")`)",
-            t.display, t.display
-        ),
-    )
 }

@@ -1,4 +1,5 @@
-//! The transactional outbox (feature `outbox`, PostgreSQL): a message to another system is
+//! The transactional outbox (feature `outbox` on PostgreSQL, `outbox-mysql` on MySQL and
+//! MariaDB): a message to another system is
 //! written **in the same transaction** as the business rows and the idempotency record, and a
 //! [`Relay`] delivers the committed ones, at least once, in order per ordering key, to a
 //! [`Publisher`] (NATS JetStream with feature `outbox-nats`, HTTP webhooks with
@@ -24,14 +25,20 @@
 //! Inside an idempotent call the id is derived from [`crate::current_key`] (the logical call,
 //! the same on every retry) and the message's position in the call (its first `enqueue` is 0,
 //! the next 1, …) or the name given with [`Message::name`]; the insert is
-//! `ON CONFLICT (id) DO NOTHING`, so a retried call never enqueues a message twice. Outside a
-//! call, give the id ([`Message::id`]) or PostgreSQL makes a random one. The publishers send
+//! `ON CONFLICT (id) DO NOTHING` (MySQL: `ON DUPLICATE KEY UPDATE` that changes nothing), so a
+//! retried call never enqueues a message twice. Outside a call, give the id ([`Message::id`])
+//! or the database makes a random one. The publishers send
 //! the id along (`Nats-Msg-Id`), so the consumer deduplicates on it: with an idempotent
 //! consumer keyed on the message id, delivery is at least once and the effect exactly once.
 //!
 //! See docs/outbox.md for the guarantees and their limits.
 
 mod admin;
+mod dialect;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod relay;
 mod schema;
 
@@ -41,88 +48,89 @@ pub mod nats;
 pub mod webhook;
 
 pub use admin::{ListFilter, MessageInfo, MessageState};
+pub use dialect::OutboxDatabase;
 pub use relay::{Delivery, Publisher, Relay, RelayOptions, RelayStats};
 pub use schema::{DEFAULT_OUTBOX_TABLE, OUTBOX_SCHEMA_VERSION};
 
 use crate::context;
 use crate::error::{CodecError, CodecErrorKind, Error};
-use crate::store::postgres::pg_error;
-use crate::store::postgres::schema::{ensure_with, Table};
-use crate::store::{Migration, SchemaVersion};
+use crate::store::SchemaVersion;
+use dialect::Dialect;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Database, Pool};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The outbox table on a PostgreSQL database: enqueue messages on a caller's transaction,
-/// start relays on it. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Outbox {
-    inner: Arc<Inner>,
+/// The outbox table on a database: enqueue messages on a caller's transaction, start relays on
+/// it. Cheap to clone.
+///
+/// `Outbox` (that is, `Outbox<sqlx::Postgres>`) is on PostgreSQL: [`Outbox::new`],
+/// [`Outbox::with_table`]. `Outbox<sqlx::MySql>` is on MySQL or MariaDB (feature `mysql`):
+/// `Outbox::mysql`, `Outbox::mysql_with_table`. Every other method is the same on both.
+#[cfg(feature = "postgres")]
+pub struct Outbox<Db: OutboxDatabase = sqlx::Postgres> {
+    inner: Arc<Inner<Db>>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    pool: PgPool,
-    table: Table,
-    sql_enqueue: String,
+/// The outbox table on a database: enqueue messages on a caller's transaction, start relays on
+/// it. Cheap to clone.
+///
+/// `Outbox<sqlx::MySql>` is on MySQL or MariaDB: `Outbox::mysql`, `Outbox::mysql_with_table`
+/// (with the feature `postgres` too, `Outbox<sqlx::Postgres>` is on PostgreSQL).
+#[cfg(not(feature = "postgres"))]
+pub struct Outbox<Db: OutboxDatabase> {
+    inner: Arc<Inner<Db>>,
 }
 
-impl Outbox {
-    /// The outbox in the default table [`DEFAULT_OUTBOX_TABLE`] of `pool`'s database.
-    pub fn new(pool: PgPool) -> Outbox {
-        Outbox::with_table(pool, DEFAULT_OUTBOX_TABLE).expect("the default table name is valid")
+struct Inner<Db: OutboxDatabase> {
+    pool: Pool<Db>,
+    dialect: Db::__Dialect,
+}
+
+impl<Db: OutboxDatabase> Clone for Outbox<Db> {
+    fn clone(&self) -> Self {
+        Outbox {
+            inner: self.inner.clone(),
+        }
     }
+}
 
-    /// The outbox in `table` (`name` or `schema.name`, validated as the store's table names
-    /// are): `Error::Config` for a name that is not a plain identifier.
-    pub fn with_table(pool: PgPool, table: &str) -> Result<Outbox, Error> {
-        let table = Table::parse(table)?;
-        // One statement, one round trip: the insert, and a NOTIFY that PostgreSQL delivers to
-        // the relays when (and only if) the caller's transaction commits.
-        let sql_enqueue = format!(
-            "WITH ins AS (\n\
-             \x20   INSERT INTO {t} (id, topic, ordering_key, payload, headers)\n\
-             \x20   VALUES (coalesce($1, gen_random_uuid()::text), $2, $3, $4, $5::text::jsonb)\n\
-             \x20   ON CONFLICT (id) DO NOTHING RETURNING id\n\
-             )\n\
-             SELECT ins.id, pg_notify($6, '') IS NULL FROM ins",
-            t = table.records
-        );
+impl<Db: OutboxDatabase> std::fmt::Debug for Outbox<Db> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("dialect", &self.inner.dialect)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Db: OutboxDatabase> Outbox<Db> {
+    /// The outbox in `table` of `pool`'s database (the constructors of each database).
+    fn assemble(pool: Pool<Db>, table: &str) -> Result<Outbox<Db>, Error> {
         Ok(Outbox {
             inner: Arc::new(Inner {
                 pool,
-                table,
-                sql_enqueue,
+                dialect: Db::__Dialect::parse(table)?,
             }),
         })
     }
 
+    pub(crate) fn dialect(&self) -> &Db::__Dialect {
+        &self.inner.dialect
+    }
+
     /// Creates or upgrades the outbox table (versioned, in `<table>_migrations`, under the same
-    /// advisory lock as the store's migrations), and returns the outbox.
-    pub async fn migrate(self) -> Result<Outbox, Error> {
+    /// lock as the store's migrations of this database), and returns the outbox.
+    pub async fn migrate(self) -> Result<Outbox<Db>, Error> {
         let mut conn = self
             .inner
             .pool
             .acquire()
             .await
-            .map_err(|e| pg_error("outbox.migrate", e))?;
-        ensure_with(
-            &mut conn,
-            &self.inner.table,
-            true,
-            OUTBOX_SCHEMA_VERSION,
-            schema::migrations(&self.inner.table),
-        )
-        .await?;
+            .map_err(|e| Db::__Dialect::error("outbox.migrate", e))?;
+        self.inner.dialect.ensure(&mut conn, true).await?;
         Ok(self)
-    }
-
-    /// The SQL of every migration of `table`, for a DBA to review and run.
-    pub fn migrations(table: &str) -> Result<Vec<Migration>, Error> {
-        Ok(schema::migrations(&Table::parse(table)?))
     }
 
     /// The schema version of the outbox table (0: none).
@@ -132,27 +140,18 @@ impl Outbox {
             .pool
             .acquire()
             .await
-            .map_err(|e| pg_error("outbox.migrate", e))?;
-        crate::store::postgres::schema::current_version(&mut conn, &self.inner.table).await
+            .map_err(|e| Db::__Dialect::error("outbox.migrate", e))?;
+        self.inner.dialect.schema_version(&mut conn).await
     }
 
     /// The pool the relays read from.
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &Pool<Db> {
         &self.inner.pool
     }
 
     /// The table's name as given.
     pub fn table(&self) -> &str {
-        &self.inner.table.display
-    }
-
-    pub(crate) fn records(&self) -> &str {
-        &self.inner.table.records
-    }
-
-    /// The NOTIFY channel an enqueue signals on.
-    pub(crate) fn channel(&self) -> &str {
-        &self.inner.table.channel
+        self.inner.dialect.display()
     }
 
     /// Writes `message` on `conn` — the connection of the caller's open transaction (`&mut tx`,
@@ -162,10 +161,11 @@ impl Outbox {
     /// which case nothing is written.
     ///
     /// A bare connection outside a transaction is refused (`Error::Config`): the message would
-    /// be committed on its own, which is what an outbox is there to prevent.
+    /// be committed on its own, which is what an outbox is there to prevent. On MySQL an id or
+    /// ordering key longer than 255 characters is `Error::Config` too.
     pub async fn enqueue(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut <Db as Database>::Connection,
         message: Message,
     ) -> Result<Enqueued, Error> {
         if !sqlx::Connection::is_in_transaction(&*conn) {
@@ -182,71 +182,22 @@ impl Outbox {
                 message: e.to_string(),
             })
         })?;
-        let row: Option<(String, bool)> = sqlx::query_as(&self.inner.sql_enqueue)
-            .bind(id.as_deref())
-            .bind(&message.topic)
-            .bind(&message.ordering_key)
-            .bind(&message.payload)
-            .bind(headers)
-            .bind(self.channel())
-            .fetch_optional(&mut *conn)
+        self.inner
+            .dialect
+            .enqueue(conn, id, &message, headers)
             .await
-            .map_err(|e| pg_error("outbox.enqueue", e))?;
-        Ok(match row {
-            Some((id, _)) => Enqueued { id, new: true },
-            // Only a conflict returns no row, and a conflict needs an id of ours.
-            None => Enqueued {
-                id: id.unwrap_or_default(),
-                new: false,
-            },
-        })
     }
-}
 
-impl Outbox {
     /// What is in the outbox now: for metrics (pending, oldest pending age, dead letters) and
     /// operators.
     pub async fn stats(&self) -> Result<OutboxStats, Error> {
-        let sql = format!(
-            "SELECT count(*) FILTER (WHERE status = {pending}), \
-                    count(*) FILTER (WHERE status = {delivered}), \
-                    count(*) FILTER (WHERE status = {dead}), \
-                    (extract(epoch FROM now() - min(created_at) FILTER (WHERE status = {pending})) \
-                     * 1000)::bigint \
-             FROM {t}",
-            pending = schema::PENDING,
-            delivered = schema::DELIVERED,
-            dead = schema::DEAD,
-            t = self.records()
-        );
-        let (pending, delivered, dead, oldest): (i64, i64, i64, Option<i64>) = sqlx::query_as(&sql)
-            .fetch_one(&self.inner.pool)
-            .await
-            .map_err(|e| pg_error("outbox.stats", e))?;
-        Ok(OutboxStats {
-            pending: pending as u64,
-            delivered: delivered as u64,
-            dead: dead as u64,
-            oldest_pending: oldest.map(|ms| Duration::from_millis(ms.max(0) as u64)),
-        })
+        self.inner.dialect.stats(&self.inner.pool).await
     }
 
     /// Puts dead letters back in the queue with their attempts reset: the one with id `id`, or
     /// every one (`None`). Returns how many. The relays pick them up at their next round.
     pub async fn retry_dead(&self, id: Option<&str>) -> Result<u64, Error> {
-        let sql = format!(
-            "UPDATE {t} SET status = {pending}, attempts = 0, next_attempt_at = now(), \
-             last_error = NULL WHERE status = {dead} AND ($1::text IS NULL OR id = $1)",
-            t = self.records(),
-            pending = schema::PENDING,
-            dead = schema::DEAD,
-        );
-        let done = sqlx::query(&sql)
-            .bind(id)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| pg_error("outbox.retry", e))?;
-        Ok(done.rows_affected())
+        self.inner.dialect.retry_dead(&self.inner.pool, id).await
     }
 }
 
@@ -262,6 +213,18 @@ pub struct OutboxStats {
     pub dead: u64,
     /// How long the oldest pending message has waited since it was enqueued.
     pub oldest_pending: Option<Duration>,
+}
+
+impl OutboxStats {
+    /// From the counts a dialect reads: pending, delivered, dead, the oldest pending age in ms.
+    fn from_counts((pending, delivered, dead, oldest): (i64, i64, i64, Option<i64>)) -> Self {
+        OutboxStats {
+            pending: pending.max(0) as u64,
+            delivered: delivered.max(0) as u64,
+            dead: dead.max(0) as u64,
+            oldest_pending: oldest.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        }
+    }
 }
 
 /// What [`Outbox::enqueue`] did.
@@ -349,7 +312,7 @@ impl Message {
         self
     }
 
-    /// The id, or `None` for PostgreSQL to make a random one (a positional message outside a
+    /// The id, or `None` for the database to make a random one (a positional message outside a
     /// call). Takes the message's position in the current call.
     fn resolve_id(&self) -> Option<String> {
         match &self.id {

@@ -10,16 +10,17 @@
 //! transaction never commits), and the next round of any relay publishes them again: the
 //! consumer deduplicates on the message id.
 //!
-//! Relays sleep until an enqueue's NOTIFY (sent on commit), a retry falls due, or the poll
-//! interval passes (the fallback for a lost notification or a lost listener connection).
+//! Relays sleep until an enqueue's NOTIFY (sent on commit; PostgreSQL only), a retry falls
+//! due, or the poll interval passes (the fallback for a lost notification or a lost listener
+//! connection; on MySQL, which has no notifications, the way new messages are found).
+//!
+//! The loop is the same on every database; each database's statements are its dialect's
+//! (`dialect.rs`).
 
-use super::schema::{DEAD, DELIVERED, PENDING};
+use super::dialect::{Dialect, OutboxDatabase};
 use super::Outbox;
 use crate::error::{BoxError, Error};
-use crate::store::postgres::pg_error;
 use crate::store::BoxFuture;
-use sqlx::postgres::PgListener;
-use sqlx::Row;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,28 @@ pub struct Delivery {
     /// 1 on the first delivery attempt, then 2, 3, … (after failures, or a relay that died
     /// mid-delivery is not counted).
     pub attempt: u32,
+}
+
+impl Delivery {
+    /// From a locked row: id, topic, ordering key, payload, headers (JSON text), attempts.
+    pub(super) fn from_row(
+        id: String,
+        topic: String,
+        ordering_key: String,
+        payload: Vec<u8>,
+        headers: &str,
+        attempts: i32,
+    ) -> Delivery {
+        Delivery {
+            id,
+            topic,
+            ordering_key,
+            payload,
+            // Written by enqueue from a map of strings; anything else is left out.
+            headers: serde_json::from_str(headers).unwrap_or_default(),
+            attempt: attempts.max(0) as u32 + 1,
+        }
+    }
 }
 
 /// Where a relay sends messages. `Ok` means the other system has the message (a JetStream
@@ -96,8 +119,10 @@ impl RelayOptions {
         self.batch = i64::from(n.max(1));
         self
     }
-    /// The longest sleep without a notification (default 5 s): the fallback when a NOTIFY is
-    /// lost (the listener reconnecting).
+    /// The longest sleep without a notification (default 5 s): on PostgreSQL the fallback when
+    /// a NOTIFY is lost (the listener reconnecting); on MySQL, which has no notifications, how
+    /// soon an idle relay sees a new message (a relay that delivered something looks again at
+    /// once).
     pub fn poll(mut self, every: Duration) -> Self {
         self.poll = every;
         self
@@ -188,7 +213,11 @@ impl Drop for Relay {
 impl Relay {
     /// Starts a relay of `outbox` to `publisher` on the current Tokio runtime. Start one per
     /// process, or several: they share the work.
-    pub fn start(outbox: &Outbox, publisher: impl Publisher, options: RelayOptions) -> Relay {
+    pub fn start<Db: OutboxDatabase>(
+        outbox: &Outbox<Db>,
+        publisher: impl Publisher,
+        options: RelayOptions,
+    ) -> Relay {
         let (stop, stopped) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let worker = Worker {
@@ -233,8 +262,8 @@ impl Relay {
     /// One round, without a running relay: publishes the due head of up to `batch` keys and
     /// returns how many messages it handled (delivered, failed or dead-lettered). For tests,
     /// tools and a relay driven by your own scheduler.
-    pub async fn deliver_once(
-        outbox: &Outbox,
+    pub async fn deliver_once<Db: OutboxDatabase>(
+        outbox: &Outbox<Db>,
         publisher: &dyn Publisher,
         options: &RelayOptions,
     ) -> Result<usize, Error> {
@@ -242,18 +271,22 @@ impl Relay {
     }
 }
 
-struct Worker {
-    outbox: Outbox,
+struct Worker<Db: OutboxDatabase> {
+    outbox: Outbox<Db>,
     publisher: Arc<dyn Publisher>,
     options: RelayOptions,
     counters: Arc<Counters>,
 }
 
-impl Worker {
+impl<Db: OutboxDatabase> Worker<Db> {
     async fn run(self, mut stopped: watch::Receiver<bool>) {
         let wake = Arc::new(Notify::new());
         // Aborted with the relay, however it ends (a stop, or an abort mid-round).
-        let _listener = AbortOnDrop(tokio::spawn(listen(self.outbox.clone(), wake.clone())));
+        let _listener = self
+            .outbox
+            .dialect()
+            .listen(self.outbox.pool().clone(), wake.clone())
+            .map(|task| AbortOnDrop(tokio::spawn(task)));
         let mut last_purge: Option<Instant> = None;
         let mut last_report: Option<Instant> = None;
         let mut failures = 0u32;
@@ -285,7 +318,9 @@ impl Worker {
             let sleep = match done {
                 Ok(0) => {
                     failures = 0;
-                    next_due(&self.outbox)
+                    self.outbox
+                        .dialect()
+                        .next_due(self.outbox.pool())
                         .await
                         .unwrap_or(None)
                         .map_or(self.options.poll, |d| d.min(self.options.poll))
@@ -318,95 +353,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Wakes the relay on every enqueue's NOTIFY; reconnects when the connection is lost (and
-/// wakes the relay then, for what it may have missed).
-async fn listen(outbox: Outbox, wake: Arc<Notify>) {
-    loop {
-        let mut listener = match PgListener::connect_with(outbox.pool()).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "idem outbox: listener cannot connect; relay polls");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        if let Err(e) = listener.listen(outbox.channel()).await {
-            tracing::debug!(error = %e, "idem outbox: LISTEN failed; relay polls");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        }
-        wake.notify_one();
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(_)) | Ok(None) => wake.notify_one(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "idem outbox: listener lost; reconnecting");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// How long until the earliest pending message falls due (`None`: nothing pending).
-async fn next_due(outbox: &Outbox) -> Result<Option<Duration>, Error> {
-    let sql = format!(
-        "SELECT greatest(0, extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint \
-         FROM {} WHERE status = {PENDING}",
-        outbox.records()
-    );
-    let ms: Option<i64> = sqlx::query_scalar(&sql)
-        .fetch_one(outbox.pool())
-        .await
-        .map_err(|e| pg_error("outbox.relay", e))?;
-    Ok(ms.map(|ms| Duration::from_millis(ms as u64)))
-}
-
-async fn round(
-    outbox: &Outbox,
+/// One round: in one transaction, lock the due heads, publish each, record what happened,
+/// commit.
+async fn round<Db: OutboxDatabase>(
+    outbox: &Outbox<Db>,
     publisher: &dyn Publisher,
     options: &RelayOptions,
     counters: &Counters,
 ) -> Result<usize, Error> {
-    let t = outbox.records();
-    let db = |e| pg_error("outbox.relay", e);
-    let mut tx = outbox.pool().begin().await.map_err(db)?;
-    // The heads of the keys: a pending message with no older pending message of its key.
-    let select = format!(
-        "SELECT id, topic, ordering_key, payload, headers::text, attempts FROM {t} o \
-         WHERE status = {PENDING} AND next_attempt_at <= now() \
-         AND NOT EXISTS (SELECT 1 FROM {t} p WHERE p.status = {PENDING} \
-                         AND p.ordering_key = o.ordering_key AND p.seq < o.seq) \
-         ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED"
-    );
-    let rows = sqlx::query(&select)
-        .bind(options.batch)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db)?;
-    let delivered = format!(
-        "UPDATE {t} SET status = {DELIVERED}, attempts = attempts + 1, delivered_at = now(), \
-         last_error = NULL WHERE id = $1"
-    );
-    let failed = format!(
-        "UPDATE {t} SET attempts = attempts + 1, last_error = $2, \
-         status = CASE WHEN $3 THEN {DEAD} ELSE status END, \
-         next_attempt_at = now() + $4 * interval '1 millisecond' WHERE id = $1"
-    );
-    let n = rows.len();
-    for row in rows {
-        let headers: String = row.try_get(4).map_err(db)?;
-        let attempts: i32 = row.try_get(5).map_err(db)?;
-        let message = Delivery {
-            id: row.try_get(0).map_err(db)?,
-            topic: row.try_get(1).map_err(db)?,
-            ordering_key: row.try_get(2).map_err(db)?,
-            payload: row.try_get(3).map_err(db)?,
-            // Written by enqueue from a map of strings; anything else is left out.
-            headers: serde_json::from_str(&headers).unwrap_or_default(),
-            attempt: attempts.max(0) as u32 + 1,
-        };
+    let dialect = outbox.dialect();
+    let db = |e| Db::__Dialect::error("outbox.relay", e);
+    let mut conn = outbox.pool().acquire().await.map_err(db)?;
+    dialect.before_round(&mut conn).await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(db)?;
+    let heads = dialect.heads(&mut tx, options.batch).await?;
+    let n = heads.len();
+    for message in heads {
         let sent = match tokio::time::timeout(options.publish_timeout, publisher.publish(&message))
             .await
         {
@@ -415,11 +377,7 @@ async fn round(
         };
         match sent {
             Ok(()) => {
-                sqlx::query(&delivered)
-                    .bind(&message.id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
+                dialect.delivered(&mut tx, &message.id).await?;
                 counters.delivered.fetch_add(1, Ordering::Relaxed);
                 crate::observe::outbox_handled(outbox.table(), "delivered");
             }
@@ -428,14 +386,9 @@ async fn round(
                 let wait = options.backoff_after(message.attempt);
                 tracing::warn!(id = %message.id, topic = %message.topic, attempt = message.attempt,
                     dead, error = %e, "idem outbox: publish failed");
-                sqlx::query(&failed)
-                    .bind(&message.id)
-                    .bind(e.to_string())
-                    .bind(dead)
-                    .bind(wait.as_millis().min(i64::MAX as u128) as i64)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
+                dialect
+                    .failed(&mut tx, &message.id, e.to_string(), dead, wait)
+                    .await?;
                 counters.failed.fetch_add(1, Ordering::Relaxed);
                 if dead {
                     counters.dead.fetch_add(1, Ordering::Relaxed);

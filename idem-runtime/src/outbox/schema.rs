@@ -1,8 +1,8 @@
 //! The outbox table and its versioned migrations, recorded in `<table>_migrations` by the
-//! PostgreSQL store's migration runner (the same lock, version table and error kinds).
+//! store's migration runner of its database (the same lock, version table and error kinds):
+//! one list for PostgreSQL, one for MySQL / MariaDB.
 
-use crate::store::postgres::schema::Table;
-use crate::store::{Migration, SchemaVersion};
+use crate::store::SchemaVersion;
 
 /// The outbox table's default name.
 pub const DEFAULT_OUTBOX_TABLE: &str = "idem_outbox";
@@ -17,10 +17,16 @@ pub(crate) const DELIVERED: i16 = 1;
 /// `status` of a message that failed `max_attempts` times: kept, no longer tried.
 pub(crate) const DEAD: i16 = 2;
 
-/// Every outbox migration, in order.
-pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
+/// The longest message id and ordering key the MySQL table holds (`VARCHAR(255)`: both are
+/// indexed, and InnoDB bounds an index's key).
+#[cfg(feature = "mysql")]
+pub(crate) const MYSQL_MAX_ID: usize = 255;
+
+/// Every PostgreSQL outbox migration, in order.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres(t: &crate::store::postgres::schema::Table) -> Vec<crate::store::Migration> {
     let name = t.display.rsplit('.').next().unwrap_or(&t.display);
-    vec![Migration {
+    vec![crate::store::Migration {
         version: 1,
         description: "outbox messages",
         // `seq` orders the messages of one ordering key (the order their INSERTs ran in); the
@@ -43,6 +49,45 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
              CREATE INDEX IF NOT EXISTS \"{name}_pending_idx\" ON {records} (ordering_key, seq) WHERE status = 0;\n\
              CREATE INDEX IF NOT EXISTS \"{name}_delivered_idx\" ON {records} (delivered_at) WHERE status = 1",
             records = t.records
+        ),
+    }]
+}
+
+/// Every MySQL / MariaDB outbox migration, in order. No partial indexes there: the indexes
+/// lead with `status`. Times are the server's milliseconds since the epoch (`BIGINT`), as in
+/// the MySQL store, never a session's time zone.
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql(t: &crate::store::mysql::schema::Table) -> Vec<crate::store::mysql::Migration> {
+    let name = &t.name;
+    vec![crate::store::mysql::Migration {
+        version: 1,
+        description: "outbox messages",
+        // `seq` (the clustered key) orders the messages; `id` is unique (the retry of a call
+        // finds its message there). `(status, seq)` serves the relay's scan of pending messages
+        // in order, `(status, ordering_key, seq)` its "no older pending message of the key"
+        // test, `(status, delivered_at)` the purge.
+        sql: format!(
+            "CREATE TABLE IF NOT EXISTS {records} (\n\
+             \x20   `seq`             BIGINT       NOT NULL AUTO_INCREMENT,\n\
+             \x20   `id`              VARCHAR({max}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20   `topic`           TEXT         CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20   `ordering_key`    VARCHAR({max}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20   `payload`         LONGBLOB     NOT NULL,\n\
+             \x20   `headers`         LONGTEXT     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20   `status`          SMALLINT     NOT NULL DEFAULT 0,\n\
+             \x20   `attempts`        INT          NOT NULL DEFAULT 0,\n\
+             \x20   `next_attempt_at` BIGINT       NOT NULL,\n\
+             \x20   `last_error`      TEXT         CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,\n\
+             \x20   `created_at`      BIGINT       NOT NULL,\n\
+             \x20   `delivered_at`    BIGINT,\n\
+             \x20   PRIMARY KEY (`seq`),\n\
+             \x20   UNIQUE KEY `{name}_id_key` (`id`),\n\
+             \x20   KEY `{name}_status_idx` (`status`, `seq`),\n\
+             \x20   KEY `{name}_pending_idx` (`status`, `ordering_key`, `seq`),\n\
+             \x20   KEY `{name}_delivered_idx` (`status`, `delivered_at`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+            records = t.records,
+            max = MYSQL_MAX_ID,
         ),
     }]
 }

@@ -30,7 +30,7 @@ mod error;
 mod inspect;
 mod locks;
 mod options;
-mod schema;
+pub(crate) mod schema;
 mod statements;
 pub(crate) mod tx;
 
@@ -48,6 +48,7 @@ use schema::Table;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use statements::Sql;
+pub(crate) use statements::CLOCK;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -155,14 +155,14 @@ pub(crate) fn current_version<'a>(
     })
 }
 
-fn newer(t: &Table, version: i32) -> Error {
+fn newer(t: &Table, version: i32, latest: i32) -> Error {
     Error::store_kind(
         BACKEND,
         "open",
         StoreErrorKind::SchemaNewer,
         format!(
             "the idem table {} is at schema version {version}, newer than this version of idem \
-             understands ({SCHEMA_VERSION}); it was upgraded by a newer release: upgrade idem, \
+             understands ({latest}); it was upgraded by a newer release: upgrade idem, \
              or point this deployment at another table",
             t.display
         ),
@@ -177,10 +177,24 @@ pub(crate) fn ensure<'a>(
     apply: bool,
     up_to: i32,
 ) -> BoxFuture<'a, Result<i32, Error>> {
+    ensure_with(conn, t, apply, up_to, migrations(t))
+}
+
+/// [`ensure`] for any list of versioned migrations of a table of ours (the records table's, or
+/// an integration's such as the outbox's): the same version table, lock and error messages.
+/// `list` is in order; its last version is what the code writes and reads.
+pub(crate) fn ensure_with<'a>(
+    conn: &'a mut MySqlConnection,
+    t: &'a Table,
+    apply: bool,
+    up_to: i32,
+    list: Vec<Migration>,
+) -> BoxFuture<'a, Result<i32, Error>> {
     Box::pin(async move {
+        let latest = list.last().map_or(0, |m| m.version);
         let found = current_version(conn, t).await?;
-        if found > SCHEMA_VERSION {
-            return Err(newer(t, found));
+        if found > latest {
+            return Err(newer(t, found, latest));
         }
         if found >= up_to {
             return Ok(found);
@@ -196,7 +210,7 @@ pub(crate) fn ensure<'a>(
                     StoreErrorKind::SchemaOutdated,
                     format!(
                         "the idem table {} is at schema version {found}, this version of idem \
-                         needs {SCHEMA_VERSION}",
+                         needs {latest}",
                         t.display
                     ),
                 )
@@ -212,7 +226,7 @@ pub(crate) fn ensure<'a>(
             ));
         }
         lock(conn, t).await?;
-        let applied = apply_locked(conn, t, up_to).await;
+        let applied = apply_locked(conn, t, up_to, list, latest).await;
         // A session's named lock ends with the session too; released here so that a pooled
         // connection does not keep it.
         let released = sqlx::query(&format!("SELECT RELEASE_LOCK({LOCK_NAME})"))
@@ -256,6 +270,8 @@ fn apply_locked<'a>(
     conn: &'a mut MySqlConnection,
     t: &'a Table,
     up_to: i32,
+    list: Vec<Migration>,
+    latest: i32,
 ) -> BoxFuture<'a, Result<(), Error>> {
     Box::pin(async move {
         let create_versions = format!(
@@ -269,10 +285,10 @@ fn apply_locked<'a>(
         run_ddl(conn, t, &create_versions).await?;
         // Under the lock: what another process may have applied meanwhile.
         let now = current_version(conn, t).await?;
-        if now > SCHEMA_VERSION {
-            return Err(newer(t, now));
+        if now > latest {
+            return Err(newer(t, now, latest));
         }
-        for m in migrations(t)
+        for m in list
             .into_iter()
             .filter(|m| m.version > now && m.version <= up_to)
         {
