@@ -591,6 +591,61 @@ async fn three_relays_with_failures_keep_each_keys_order(url: String) {
     s.cleanup().await;
 }
 
+/// A message another relay holds (locked mid-publish) is left to it, and the relay that cannot
+/// take it sleeps between looks instead of asking again at once; the message goes out as soon
+/// as the holder lets go.
+async fn a_relay_does_not_spin_on_a_message_another_relay_holds(url: String) {
+    let s = setup(&url).await;
+    let mut tx = s.outbox.pool().begin().await.unwrap();
+    s.outbox
+        .enqueue(&mut tx, Message::new("t", b"held".to_vec()).id("held-1"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // What a relay mid-publish holds: the message's row lock.
+    let mut holder = s.admin.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT id FROM \"{}\" WHERE id = 'held-1' FOR UPDATE",
+        s.table
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let relay = Relay::start(
+        &s.outbox,
+        Recorder::named("idle", &seen),
+        RelayOptions::default().poll(Duration::from_secs(5)),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = relay.stats();
+    assert_eq!(held.delivered, 0, "a held message was published: {held:?}");
+    // 25 ms between looks: about 80 rounds in 2 s. Asking again at once is thousands.
+    assert!(
+        held.rounds <= 120,
+        "{} rounds in 2 s while the message was held: the relay spins",
+        held.rounds
+    );
+    assert!(
+        held.rounds >= 2,
+        "the relay looked only {} times",
+        held.rounds
+    );
+
+    holder.rollback().await.unwrap();
+    s.until_delivered(1).await;
+    let after = relay.stats();
+    relay.stop().await;
+    assert_eq!(after.delivered, 1);
+    assert_eq!(
+        Recorder::named("idle", &seen).ids(),
+        vec!["held-1".to_string()]
+    );
+    println!("{} rounds while held for 2 s", held.rounds);
+    s.cleanup().await;
+}
+
 idem_integration::server_tests! {
     POSTGRES => [
         only_committed_messages_are_sent,
@@ -600,5 +655,6 @@ idem_integration::server_tests! {
         three_relays_with_failures_keep_each_keys_order,
         a_failing_publisher_is_retried_then_dead_lettered,
         delivered_messages_are_purged,
+        a_relay_does_not_spin_on_a_message_another_relay_holds,
     ],
 }

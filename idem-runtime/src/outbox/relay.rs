@@ -27,6 +27,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
+/// The shortest sleep of a relay whose round took nothing while a message is due: that message
+/// is locked by another relay, mid-publish. Without it the idle relay would ask again at once,
+/// round after round, for as long as the other one publishes.
+const LOCKED_PAUSE: Duration = Duration::from_millis(25);
+
 /// A message the relay hands to a [`Publisher`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -183,6 +188,8 @@ pub struct RelayStats {
     pub dead: u64,
     /// Delivered messages purged after the retention.
     pub purged: u64,
+    /// Rounds run (each a look for due messages, whether it found any).
+    pub rounds: u64,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +198,7 @@ struct Counters {
     failed: AtomicU64,
     dead: AtomicU64,
     purged: AtomicU64,
+    rounds: AtomicU64,
 }
 
 /// A running relay. [`Relay::stop`] ends it after the round in flight; dropping it aborts it
@@ -256,6 +264,7 @@ impl Relay {
             failed: c.failed.load(Ordering::Relaxed),
             dead: c.dead.load(Ordering::Relaxed),
             purged: c.purged.load(Ordering::Relaxed),
+            rounds: c.rounds.load(Ordering::Relaxed),
         }
     }
 
@@ -300,6 +309,7 @@ impl<Db: OutboxDatabase> Worker<Db> {
                     Err(e) => tracing::warn!(error = %e, "idem outbox: purge failed"),
                 }
             }
+            self.counters.rounds.fetch_add(1, Ordering::Relaxed);
             let done = round(
                 &self.outbox,
                 &*self.publisher,
@@ -323,7 +333,9 @@ impl<Db: OutboxDatabase> Worker<Db> {
                         .next_due(self.outbox.pool())
                         .await
                         .unwrap_or(None)
-                        .map_or(self.options.poll, |d| d.min(self.options.poll))
+                        .map_or(self.options.poll, |d| {
+                            d.max(LOCKED_PAUSE).min(self.options.poll)
+                        })
                 }
                 Ok(_) => {
                     failures = 0;
