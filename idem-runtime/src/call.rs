@@ -283,6 +283,34 @@ impl Call {
             Begun::Run { token, sent } => (token, sent),
             Begun::Done(done) => return done,
         };
+        // The attempt (body, renewals, completion) on the heap of its own: a replay never gets
+        // here, and this future, built and moved whole on every call, then carries two words for
+        // it instead of the attempt's state.
+        Box::pin(call.attempt(store, obs, token, sent, policy, into_err, body)).await
+    }
+}
+
+impl Prepared {
+    /// The body under the claim `token` (taken at `sent`), its lease renewed meanwhile, then
+    /// its result stored or the key released.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt<T, E, P, Fut>(
+        &self,
+        store: &dyn Store,
+        obs: &mut Obs,
+        token: u64,
+        sent: Instant,
+        policy: P,
+        into_err: fn(Error) -> E,
+        body: Fut,
+    ) -> Result<Outcome<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let call = self;
+        let mut exec = Exec::Store(store);
         let held = Held::new(sent, call.lease);
         let attempt = async {
             match lease::caught(CURRENT.scope(call.context(token), body)).await {
@@ -377,7 +405,8 @@ impl Prepared {
                     // The claim's record was the attempt in flight: its remaining time is
                     // its lease, not the TTL of the result waited for, which is not cached.
                     remaining = None;
-                    match wait_for(store, self, obs, Instant::now() + wait).await {
+                    // Boxed: a rare branch, kept out of every call's future.
+                    match Box::pin(wait_for(store, self, obs, Instant::now() + wait)).await {
                         Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
                         Waited::Decided(decision) => decision,
                         Waited::Failed(e) => return Begun::Done(Err(fail(obs, e, into_err))),

@@ -78,16 +78,18 @@ impl<'a> Exec<'a> {
         }
     }
 
+    // The transactional statements' futures are boxed: they are large, and inline they would
+    // size (and be moved with) every call's future, the default executor's too.
     pub(crate) async fn claim(&mut self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
         match self {
             Exec::Store(store) => store.claim(claim).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                crate::store::postgres::tx::claim(store, conn, claim).await
+                Box::pin(crate::store::postgres::tx::claim(store, conn, claim)).await
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                crate::store::mysql::tx::claim(store, conn, claim).await
+                Box::pin(crate::store::mysql::tx::claim(store, conn, claim)).await
             }
         }
     }
@@ -98,11 +100,11 @@ impl<'a> Exec<'a> {
             Exec::Store(store) => store.complete(done).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                crate::store::postgres::tx::complete(store, conn, done).await
+                Box::pin(crate::store::postgres::tx::complete(store, conn, done)).await
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                crate::store::mysql::tx::complete(store, conn, done).await
+                Box::pin(crate::store::mysql::tx::complete(store, conn, done)).await
             }
         }
     }
@@ -115,7 +117,7 @@ impl<'a> Exec<'a> {
             Exec::Store(store) => store.release(key, token).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                match crate::store::postgres::tx::release(store, conn, key, token).await {
+                match Box::pin(crate::store::postgres::tx::release(store, conn, key, token)).await {
                     // The body's own failed statement aborted the transaction: expected.
                     Err(e) => {
                         tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,
@@ -127,7 +129,7 @@ impl<'a> Exec<'a> {
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                match crate::store::mysql::tx::release(store, conn, key, token).await {
+                match Box::pin(crate::store::mysql::tx::release(store, conn, key, token)).await {
                     // A deadlock in the body's own statements rolled the transaction back.
                     Err(e) => {
                         tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,
