@@ -116,20 +116,20 @@ impl Call {
     /// The key: the same on every retry of one logical operation. Any `Serialize` value; it is
     /// stored only as a digest, so its size and content (NUL bytes, empty) do not matter.
     pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-        self.parts.key = self.parts.encode(&self.name, "key", key);
+        self.parts.set_key(&self.name, key);
         self
     }
 
     /// A tenant or principal: the same key in two scopes is two different keys.
     pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-        self.parts.scope = self.parts.encode(&self.name, "scope", scope);
+        self.parts.set_scope(&self.name, scope);
         self
     }
 
     /// What must match on a repeat with the same key (default: the key itself). A repeat with
     /// another fingerprint is refused with [`Error::Mismatch`].
     pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-        self.parts.fingerprint = self.parts.encode(&self.name, "fingerprint", fingerprint);
+        self.parts.set_fingerprint(&self.name, fingerprint);
         self
     }
 
@@ -169,7 +169,7 @@ impl Call {
     /// Resolves the handle, the step's parent, the digests and the defaults.
     pub(crate) fn prepare(mut self) -> Result<Prepared, Error> {
         if let Some(e) = self.parts.error.take() {
-            return Err(e);
+            return Err(*e);
         }
         let parent = if self.step { context::current() } else { None };
         if let Some(parent) = &parent {

@@ -17,7 +17,9 @@
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest as _, Sha256};
+use smallvec::SmallVec;
 use std::fmt;
+use std::ops::Range;
 
 /// Domain tag of call keys, version 1 of the encoding.
 const DOMAIN_KEY: &[u8] = b"idem\0key\0v1\0";
@@ -120,7 +122,16 @@ impl ser::Error for EncodeError {
 
 /// Encodes `value` canonically (version 1) and returns the bytes.
 pub fn canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
-    let mut out = Vec::with_capacity(64);
+    encode(value).map(Encoded::into_vec)
+}
+
+/// A canonical encoding, inline while it is short: a call's key and fingerprint (an id, a
+/// tuple of a few arguments) are then encoded without an allocation.
+pub(crate) type Encoded = SmallVec<[u8; 64]>;
+
+/// [`canonical`], into an [`Encoded`].
+pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Encoded, EncodeError> {
+    let mut out = Encoded::new();
     value.serialize(Canon { out: &mut out })?;
     Ok(out)
 }
@@ -245,7 +256,7 @@ impl DigestSecret {
 }
 
 struct Canon<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut Encoded,
 }
 
 impl Canon<'_> {
@@ -265,13 +276,13 @@ impl Canon<'_> {
 
 /// A sequence whose length may be unknown up front: the count is patched in at the end.
 struct Seq<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut Encoded,
     count_at: usize,
     count: u64,
 }
 
 impl<'a> Seq<'a> {
-    fn start(out: &'a mut Vec<u8>, head: &[u8]) -> Self {
+    fn start(out: &'a mut Encoded, head: &[u8]) -> Self {
         out.extend_from_slice(head);
         out.push(tag::SEQ);
         let count_at = out.len();
@@ -293,16 +304,16 @@ impl<'a> Seq<'a> {
 
 /// A map (or struct): entries are buffered and sorted so that iteration order never matters.
 struct Map<'a> {
-    out: &'a mut Vec<u8>,
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
-    pending_key: Option<Vec<u8>>,
+    out: &'a mut Encoded,
+    entries: Vec<(Encoded, Encoded)>,
+    pending_key: Option<Encoded>,
 }
 
 /// The most map entries reserved up front from a length hint.
 const MAX_PREALLOCATED_ENTRIES: usize = 64;
 
 impl<'a> Map<'a> {
-    fn start(out: &'a mut Vec<u8>, head: &[u8], len: Option<usize>) -> Self {
+    fn start(out: &'a mut Encoded, head: &[u8], len: Option<usize>) -> Self {
         out.extend_from_slice(head);
         Map {
             out,
@@ -313,9 +324,9 @@ impl<'a> Map<'a> {
         }
     }
     fn field<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) -> Result<(), EncodeError> {
-        let mut k = Vec::with_capacity(name.len() + 9);
+        let mut k = Encoded::new();
         Canon { out: &mut k }.str(name);
-        self.entries.push((k, canonical(v)?));
+        self.entries.push((k, encode(v)?));
         Ok(())
     }
     fn finish(mut self) {
@@ -330,8 +341,9 @@ impl<'a> Map<'a> {
     }
 }
 
-fn variant_head(t: u8, variant: &str) -> Vec<u8> {
-    let mut head = vec![t];
+fn variant_head(t: u8, variant: &str) -> Encoded {
+    let mut head = Encoded::new();
+    head.push(t);
     Canon { out: &mut head }.str(variant);
     head
 }
@@ -568,7 +580,7 @@ impl ser::SerializeMap for Map<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
-        self.pending_key = Some(canonical(key)?);
+        self.pending_key = Some(encode(key)?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
@@ -576,7 +588,7 @@ impl ser::SerializeMap for Map<'_> {
             .pending_key
             .take()
             .ok_or_else(|| EncodeError("map value serialized before its key".into()))?;
-        self.entries.push((key, canonical(v)?));
+        self.entries.push((key, encode(v)?));
         Ok(())
     }
     fn end(self) -> Result<(), EncodeError> {
@@ -621,29 +633,65 @@ impl ser::SerializeStructVariant for Map<'_> {
 /// [`crate::Call`] and of the PostgreSQL transactional mode, so both compute one key alike.
 #[derive(Debug, Default)]
 pub(crate) struct KeyParts {
-    pub(crate) key: Option<Vec<u8>>,
+    /// The key's and the fingerprint's encodings, one after the other in one buffer: inline
+    /// while short (an id and a few arguments), so a call encodes them without allocating,
+    /// and the builder, moved by value at each method, grows by one buffer, not two.
+    bytes: Encoded,
+    key: Option<Range<usize>>,
+    fingerprint: Option<Range<usize>>,
     pub(crate) scope: Option<Vec<u8>>,
-    pub(crate) fingerprint: Option<Vec<u8>>,
     /// The first value that did not encode: builders cannot fail, so it is reported at `run`.
-    pub(crate) error: Option<crate::error::Error>,
+    /// Boxed: rare, and the builder is moved by value.
+    pub(crate) error: Option<Box<crate::error::Error>>,
 }
 
 impl KeyParts {
-    /// The canonical bytes of `v`, or `None` with the error kept for later.
-    pub(crate) fn encode<T: Serialize + ?Sized>(
+    /// Sets the key of a call in namespace `name`.
+    pub(crate) fn set_key<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.key = self.append(name, "key", v);
+    }
+
+    /// Sets the fingerprint of a call in namespace `name`.
+    pub(crate) fn set_fingerprint<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.fingerprint = self.append(name, "fingerprint", v);
+    }
+
+    /// Sets the scope of a call in namespace `name`.
+    pub(crate) fn set_scope<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.scope = match encode(v) {
+            Ok(b) => Some(b.into_vec()),
+            Err(e) => {
+                self.keep(name, "scope", e);
+                None
+            }
+        };
+    }
+
+    /// Appends the canonical bytes of `v` and returns where they are, or `None` with the error
+    /// kept for later. (A value set twice leaves its first bytes unused in the buffer.)
+    fn append<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         what: &str,
         v: &T,
-    ) -> Option<Vec<u8>> {
-        match canonical(v) {
-            Ok(b) => Some(b),
+    ) -> Option<Range<usize>> {
+        let start = self.bytes.len();
+        match v.serialize(Canon {
+            out: &mut self.bytes,
+        }) {
+            Ok(()) => Some(start..self.bytes.len()),
             Err(e) => {
-                self.error
-                    .get_or_insert(crate::error::Error::Key(format!("{what} of {name}: {e}")));
+                self.bytes.truncate(start);
+                self.keep(name, what, e);
                 None
             }
         }
+    }
+
+    fn keep(&mut self, name: &str, what: &str, e: EncodeError) {
+        self.error.get_or_insert_with(|| {
+            Box::new(crate::error::Error::Key(format!("{what} of {name}: {e}")))
+        });
     }
 
     /// The key's and the fingerprint's digests in namespace `name` (the fingerprint defaults
@@ -655,12 +703,13 @@ impl KeyParts {
         #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
     ) -> Result<(Digest, Digest), crate::error::Error> {
         if let Some(e) = self.error.take() {
-            return Err(e);
+            return Err(*e);
         }
-        let key = self.key.as_deref().ok_or_else(|| {
+        let key = self.key.clone().ok_or_else(|| {
             crate::error::Error::Config(format!("idempotent call {name} has no key"))
         })?;
-        let fingerprint = self.fingerprint.as_deref().unwrap_or(key);
+        let fingerprint = &self.bytes[self.fingerprint.clone().unwrap_or(key.clone())];
+        let key = &self.bytes[key];
         #[cfg(feature = "keyed-digests")]
         if let Some(secret) = secret {
             return Ok((
