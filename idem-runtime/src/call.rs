@@ -10,7 +10,8 @@ use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
 use crate::protocol::{self, Decision};
-use crate::store::{Claim, ClaimOutcome, Complete, Store};
+use crate::store::memory::MemoryStore;
+use crate::store::{Claim, Complete, Store};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::Future;
@@ -278,7 +279,10 @@ impl Call {
             Err(e) => return Err(fail(obs, e, into_err)),
         };
         let store = call.idem.store();
-        let mut exec = Exec::Store(store);
+        let mut exec = match call.idem.store_as::<MemoryStore>() {
+            Some(memory) => Exec::Memory(memory),
+            None => Exec::Store(store),
+        };
         let (token, sent) = match call.begin(&mut exec, obs, &policy, into_err).await {
             Begun::Run { token, sent } => (token, sent),
             Begun::Done(done) => return done,
@@ -390,14 +394,8 @@ impl Prepared {
             let sent = Instant::now();
             // Read before the claim: a release announced after it keeps the result uncached.
             let epoch = self.idem.cache().map(|cache| cache.epoch());
-            let (decision, mut remaining) = match obs.store("claim", exec.claim(claim)).await {
-                Ok(outcome) => {
-                    let remaining = match &outcome {
-                        ClaimOutcome::Existing(record) => Some(record.remaining()),
-                        ClaimOutcome::Claimed { .. } => None,
-                    };
-                    (protocol::decide(outcome, &self.fingerprint), remaining)
-                }
+            let (decision, mut remaining) = match obs.store("claim", exec.decide(claim)).await {
+                Ok(decided) => decided,
                 Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
             };
             let decision = match (decision, self.wait, exec.leased()) {

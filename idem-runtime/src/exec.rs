@@ -16,7 +16,9 @@
 use crate::error::Error;
 use crate::key::Digest;
 use crate::observe::KeyPrefix;
+use crate::protocol::{self, Decision};
 use crate::store::{Claim, ClaimOutcome, Complete, Store};
+use std::time::Duration;
 
 /// Where a call's claim, completion and release run.
 // Named by `InTransaction`'s hidden method (so `pub`); without a transactional store it is
@@ -28,6 +30,9 @@ use crate::store::{Claim, ClaimOutcome, Complete, Store};
 pub enum Exec<'a> {
     /// On the handle's store, under a renewed lease.
     Store(&'a dyn Store),
+    /// The same on the memory store, whose claim the engine reads in place
+    /// ([`Exec::decide`]).
+    Memory(&'a crate::store::memory::MemoryStore),
     /// Inside the caller's PostgreSQL transaction, on its connection.
     #[cfg(feature = "postgres")]
     Transaction {
@@ -46,6 +51,7 @@ impl std::fmt::Debug for Exec<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Exec::Store(_) => "Exec::Store",
+            Exec::Memory(_) => "Exec::Memory",
             #[cfg(feature = "postgres")]
             Exec::Transaction { .. } => "Exec::Transaction",
             #[cfg(feature = "mysql")]
@@ -59,6 +65,7 @@ impl<'a> Exec<'a> {
     pub(crate) fn backend(&self) -> crate::store::Backend {
         match self {
             Exec::Store(store) => store.backend(),
+            Exec::Memory(store) => store.backend(),
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, .. } => store.backend(),
             #[cfg(feature = "mysql")]
@@ -71,6 +78,7 @@ impl<'a> Exec<'a> {
     pub(crate) fn leased(&self) -> Option<&'a dyn Store> {
         match self {
             Exec::Store(store) => Some(*store),
+            Exec::Memory(store) => Some(*store),
             #[cfg(feature = "postgres")]
             Exec::Transaction { .. } => None,
             #[cfg(feature = "mysql")]
@@ -83,6 +91,7 @@ impl<'a> Exec<'a> {
     pub(crate) async fn claim(&mut self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
         match self {
             Exec::Store(store) => store.claim(claim).await,
+            Exec::Memory(store) => store.claim(claim).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
                 Box::pin(crate::store::postgres::tx::claim(store, conn, claim)).await
@@ -94,10 +103,29 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// The claim and what it decides (`protocol::decide`), with the time left of the live
+    /// record it found, if any.
+    pub(crate) async fn decide(
+        &mut self,
+        claim: Claim<'_>,
+    ) -> Result<(Decision, Option<Duration>), Error> {
+        if let Exec::Memory(store) = self {
+            return Ok(store.claim_decided(claim));
+        }
+        let fingerprint = claim.fingerprint;
+        let outcome = self.claim(claim).await?;
+        let remaining = match &outcome {
+            ClaimOutcome::Existing(record) => Some(record.remaining()),
+            ClaimOutcome::Claimed { .. } => None,
+        };
+        Ok((protocol::decide(outcome, fingerprint), remaining))
+    }
+
     /// `Ok(false)`: the record no longer holds this token (fencing).
     pub(crate) async fn complete(&mut self, done: Complete<'_>) -> Result<bool, Error> {
         match self {
             Exec::Store(store) => store.complete(done).await,
+            Exec::Memory(store) => store.complete(done).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
                 Box::pin(crate::store::postgres::tx::complete(store, conn, done)).await
@@ -115,6 +143,7 @@ impl<'a> Exec<'a> {
     pub(crate) async fn release(&mut self, name: &str, key: &Digest, token: u64) {
         let released = match self {
             Exec::Store(store) => store.release(key, token).await,
+            Exec::Memory(store) => store.release(key, token).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
                 match Box::pin(crate::store::postgres::tx::release(store, conn, key, token)).await {

@@ -24,8 +24,8 @@ pub struct Idem {
 struct Inner {
     store: Arc<dyn Store>,
     /// The same store, for the engine to find a concrete store type where it needs one (the
-    /// transactional mode needs PostgreSQL's statements), without a per-backend hook on `Store`.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    /// transactional mode needs PostgreSQL's statements; a replay on the memory store decides
+    /// under its lock), without a per-backend hook on `Store`.
     any: Arc<dyn std::any::Any + Send + Sync>,
     defaults: Defaults,
     /// What a result goes through on its way to the store and back.
@@ -133,7 +133,6 @@ impl Idem {
         let codec = Codec::new(store.max_value_len());
         Idem {
             inner: Arc::new(Inner {
-                #[cfg(any(feature = "postgres", feature = "mysql"))]
                 any: store.clone(),
                 store,
                 defaults,
@@ -351,7 +350,6 @@ impl Idem {
     }
 
     /// The store behind this handle as an `S`, if it is one.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn store_as<S: Store>(&self) -> Option<&S> {
         self.inner.any.downcast_ref::<S>()
     }

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{ended_at, holds, is_live, may_forget, next_token};
+use crate::protocol::{decide_live, ended_at, holds, is_live, may_forget, next_token, Decision};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -197,11 +197,41 @@ impl MemoryStore {
     }
 
     fn claim_now(&self, c: Claim<'_>) -> ClaimOutcome {
+        match self.claim_or(c, |e, now| record(c.key, e, now)) {
+            Ok(token) => ClaimOutcome::Claimed { token },
+            Err(record) => ClaimOutcome::Existing(record),
+        }
+    }
+
+    /// A claim decided in place, for the engine: what `protocol::decide` makes of the claim's
+    /// outcome, and the time a live record has left, without building the record (its name
+    /// and the boxed future of `Store::claim` are two allocations a replay does not need).
+    pub(crate) fn claim_decided(&self, c: Claim<'_>) -> (Decision, Option<Duration>) {
+        let live = self.claim_or(c, |e, now| {
+            let remaining = Duration::from_millis(e.expires_at.saturating_sub(now).max(0) as u64);
+            let decision = decide_live(
+                &e.fingerprint,
+                e.status,
+                remaining,
+                || e.value.clone(),
+                c.fingerprint,
+            );
+            (decision, remaining)
+        });
+        match live {
+            Ok(token) => (Decision::Run { token }, None),
+            Err((decision, remaining)) => (decision, Some(remaining)),
+        }
+    }
+
+    /// Claims the key if no live record holds it (`Ok` with the new token), else returns what
+    /// `live` makes of the live record (`Err`), read under the shard's lock at `now`.
+    fn claim_or<R>(&self, c: Claim<'_>, live: impl FnOnce(&Entry, i64) -> R) -> Result<u64, R> {
         let now = local_now_ms();
         let mut st = self.lock(c.key);
         st.evict(now, EVICT_PER_WRITE);
         if let Some(e) = st.live(c.key, now) {
-            return ClaimOutcome::Existing(record(c.key, e, now));
+            return Err(live(e, now));
         }
         let previous = st.entries.get(c.key).map(|e| e.token);
         let token = next_token(previous, now);
@@ -219,7 +249,7 @@ impl MemoryStore {
             },
         );
         st.set_expiry(*c.key, expires_at);
-        ClaimOutcome::Claimed { token }
+        Ok(token)
     }
 
     /// Applies `f` to the record if `token` holds it (`protocol::holds`).
