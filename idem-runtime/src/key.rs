@@ -17,7 +17,6 @@
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest as _, Sha256};
-use smallvec::SmallVec;
 use std::fmt;
 use std::ops::Range;
 
@@ -122,16 +121,7 @@ impl ser::Error for EncodeError {
 
 /// Encodes `value` canonically (version 1) and returns the bytes.
 pub fn canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
-    encode(value).map(Encoded::into_vec)
-}
-
-/// A canonical encoding, inline while it is short: a call's key and fingerprint (an id, a
-/// tuple of a few arguments) are then encoded without an allocation.
-pub(crate) type Encoded = SmallVec<[u8; 64]>;
-
-/// [`canonical`], into an [`Encoded`].
-pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Encoded, EncodeError> {
-    let mut out = Encoded::new();
+    let mut out = Vec::with_capacity(64);
     value.serialize(Canon { out: &mut out })?;
     Ok(out)
 }
@@ -256,7 +246,7 @@ impl DigestSecret {
 }
 
 struct Canon<'a> {
-    out: &'a mut Encoded,
+    out: &'a mut Vec<u8>,
 }
 
 impl Canon<'_> {
@@ -276,13 +266,13 @@ impl Canon<'_> {
 
 /// A sequence whose length may be unknown up front: the count is patched in at the end.
 struct Seq<'a> {
-    out: &'a mut Encoded,
+    out: &'a mut Vec<u8>,
     count_at: usize,
     count: u64,
 }
 
 impl<'a> Seq<'a> {
-    fn start(out: &'a mut Encoded, head: &[u8]) -> Self {
+    fn start(out: &'a mut Vec<u8>, head: &[u8]) -> Self {
         out.extend_from_slice(head);
         out.push(tag::SEQ);
         let count_at = out.len();
@@ -304,16 +294,16 @@ impl<'a> Seq<'a> {
 
 /// A map (or struct): entries are buffered and sorted so that iteration order never matters.
 struct Map<'a> {
-    out: &'a mut Encoded,
-    entries: Vec<(Encoded, Encoded)>,
-    pending_key: Option<Encoded>,
+    out: &'a mut Vec<u8>,
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pending_key: Option<Vec<u8>>,
 }
 
 /// The most map entries reserved up front from a length hint.
 const MAX_PREALLOCATED_ENTRIES: usize = 64;
 
 impl<'a> Map<'a> {
-    fn start(out: &'a mut Encoded, head: &[u8], len: Option<usize>) -> Self {
+    fn start(out: &'a mut Vec<u8>, head: &[u8], len: Option<usize>) -> Self {
         out.extend_from_slice(head);
         Map {
             out,
@@ -324,9 +314,9 @@ impl<'a> Map<'a> {
         }
     }
     fn field<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) -> Result<(), EncodeError> {
-        let mut k = Encoded::new();
+        let mut k = Vec::with_capacity(name.len() + 9);
         Canon { out: &mut k }.str(name);
-        self.entries.push((k, encode(v)?));
+        self.entries.push((k, canonical(v)?));
         Ok(())
     }
     fn finish(mut self) {
@@ -341,9 +331,8 @@ impl<'a> Map<'a> {
     }
 }
 
-fn variant_head(t: u8, variant: &str) -> Encoded {
-    let mut head = Encoded::new();
-    head.push(t);
+fn variant_head(t: u8, variant: &str) -> Vec<u8> {
+    let mut head = vec![t];
     Canon { out: &mut head }.str(variant);
     head
 }
@@ -580,7 +569,7 @@ impl ser::SerializeMap for Map<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
-        self.pending_key = Some(encode(key)?);
+        self.pending_key = Some(canonical(key)?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), EncodeError> {
@@ -588,7 +577,7 @@ impl ser::SerializeMap for Map<'_> {
             .pending_key
             .take()
             .ok_or_else(|| EncodeError("map value serialized before its key".into()))?;
-        self.entries.push((key, encode(v)?));
+        self.entries.push((key, canonical(v)?));
         Ok(())
     }
     fn end(self) -> Result<(), EncodeError> {
@@ -633,10 +622,9 @@ impl ser::SerializeStructVariant for Map<'_> {
 /// [`crate::Call`] and of the PostgreSQL transactional mode, so both compute one key alike.
 #[derive(Debug, Default)]
 pub(crate) struct KeyParts {
-    /// The key's and the fingerprint's encodings, one after the other in one buffer: inline
-    /// while short (an id and a few arguments), so a call encodes them without allocating,
-    /// and the builder, moved by value at each method, grows by one buffer, not two.
-    bytes: Encoded,
+    /// The key's and the fingerprint's encodings, one after the other in one buffer: one
+    /// allocation for both.
+    bytes: Vec<u8>,
     key: Option<Range<usize>>,
     fingerprint: Option<Range<usize>>,
     pub(crate) scope: Option<Vec<u8>>,
@@ -658,8 +646,8 @@ impl KeyParts {
 
     /// Sets the scope of a call in namespace `name`.
     pub(crate) fn set_scope<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
-        self.scope = match encode(v) {
-            Ok(b) => Some(b.into_vec()),
+        self.scope = match canonical(v) {
+            Ok(b) => Some(b),
             Err(e) => {
                 self.keep(name, "scope", e);
                 None
@@ -675,6 +663,10 @@ impl KeyParts {
         what: &str,
         v: &T,
     ) -> Option<Range<usize>> {
+        if self.bytes.capacity() == 0 {
+            // Room for an id and a few arguments: what `canonical` reserves, for two values.
+            self.bytes.reserve(128);
+        }
         let start = self.bytes.len();
         match v.serialize(Canon {
             out: &mut self.bytes,
