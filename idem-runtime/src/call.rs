@@ -84,7 +84,10 @@ pub(crate) struct Prepared {
     pub(crate) name: Cow<'static, str>,
     key: Digest,
     fingerprint: Digest,
-    scope: Option<Vec<u8>>,
+    /// What the digests were computed from, for the handle's memo of replayed keys; the scope.
+    parts: key::KeyParts,
+    /// The digests came from the memo.
+    remembered: bool,
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
@@ -182,11 +185,15 @@ impl Call {
             Some(idem) => idem,
             None => Idem::installed().ok_or_else(not_installed)?,
         };
-        let (key, fingerprint) = self.parts.digests(
-            &self.name,
-            #[cfg(feature = "keyed-digests")]
-            idem.digest_secret(),
-        )?;
+        let query = self.parts.inputs(&self.name)?;
+        let memo = idem.digest_memo().get(&query);
+        let remembered = memo.is_some();
+        let (key, fingerprint) = memo.unwrap_or_else(|| {
+            query.digests(
+                #[cfg(feature = "keyed-digests")]
+                idem.digest_secret(),
+            )
+        });
         let defaults = *idem.defaults();
         // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
         let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);
@@ -203,7 +210,8 @@ impl Call {
             name: self.name,
             key,
             fingerprint,
-            scope: self.parts.scope,
+            parts: self.parts,
+            remembered,
             ttl,
             lease,
             wait: self.wait.unwrap_or(defaults.wait),
@@ -381,6 +389,7 @@ impl Prepared {
             // replayed without asking the store. Anything else (a miss, another fingerprint)
             // goes to the store, which decides.
             if let Some(plain) = cache.get(&self.key, &self.fingerprint) {
+                self.remember();
                 return Begun::Done(replay(obs, policy, &plain, into_err, Ended::Cached));
             }
         }
@@ -417,7 +426,7 @@ impl Prepared {
                     obs.claimed(token);
                     return Begun::Run { token, sent };
                 }
-                Decision::Replay(bytes) => match self.open::<T>(&bytes) {
+                Decision::Replay(bytes) => match self.remember().open::<T>(&bytes) {
                     Ok(plain) => {
                         if let (Some(cache), Some(remaining), Some(epoch)) =
                             (self.idem.cache(), remaining, epoch)
@@ -444,13 +453,26 @@ impl Prepared {
         }
     }
 
+    /// Keeps this call's digests in the handle's memo: it was a replay, whose key is likely to
+    /// be replayed again (a client retrying), while a fresh key may never come back.
+    fn remember(&self) -> &Self {
+        if !self.remembered {
+            if let Some(query) = self.parts.query(&self.name) {
+                self.idem
+                    .digest_memo()
+                    .put(&query, (self.key, self.fingerprint));
+            }
+        }
+        self
+    }
+
     /// The logical call the body runs in: what `current_key()` reads and steps nest under.
     pub(crate) fn context(&self, token: u64) -> CallContext {
         CallContext {
             key: self.key,
             token,
             idem: self.idem.clone(),
-            scope: self.scope.clone(),
+            scope: self.parts.scope.clone(),
             ttl: self.ttl,
             enqueued: Default::default(),
         }
@@ -718,6 +740,61 @@ pub(crate) fn not_installed() -> Error {
 mod tests {
     use crate::{CodecErrorKind, Error, Idem};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Replays answered from the handle's digest memo still check the fingerprint: a changed
+    /// argument after several replays of a key is a mismatch, and the body never runs again.
+    #[tokio::test]
+    async fn a_remembered_key_still_refuses_other_arguments() {
+        let idem = Idem::memory();
+        let runs = &AtomicUsize::new(0);
+        let call = |amount: u64| {
+            idem.call("charges")
+                .key("order-1")
+                .fingerprint(&("order-1", amount))
+                .run(async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<u64, Error>(amount)
+                })
+        };
+        assert!(!call(5).await.unwrap().is_replayed());
+        for _ in 0..3 {
+            let out = call(5).await.unwrap();
+            assert!(out.is_replayed());
+            assert_eq!(out.into_inner(), 5);
+        }
+        match call(6).await {
+            Err(Error::Mismatch { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    /// A handle given a digest secret does not answer from the memo of the handle it was made
+    /// from: its keys are keyed digests, so a key replayed on the plain handle is a new key on
+    /// the keyed one, as without the memo.
+    #[cfg(feature = "keyed-digests")]
+    #[tokio::test]
+    async fn a_keyed_handle_does_not_use_the_plain_handles_memo() {
+        let plain = Idem::memory();
+        let runs = AtomicUsize::new(0);
+        let call = |idem: &Idem| {
+            idem.call("charges").key("order-1").run(async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<u64, Error>(1)
+            })
+        };
+        call(&plain).await.unwrap();
+        assert!(call(&plain).await.unwrap().is_replayed());
+        assert!(call(&plain).await.unwrap().is_replayed());
+        let keyed = plain
+            .clone()
+            .with_digest_secret(crate::key::DigestSecret::new(&[7; 32]).unwrap());
+        assert!(!call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&plain).await.unwrap().is_replayed());
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
 
     /// A result that cannot be stored (a NaN, found by the `record_decoding` fuzz target: it was
     /// stored as `null`, which no replay could decode) frees its key: the call fails with the

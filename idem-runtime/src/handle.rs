@@ -32,6 +32,8 @@ struct Inner {
     codec: Codec,
     /// Completed results kept in this process ([`Idem::with_cache`]).
     cache: Option<Arc<ResultCache>>,
+    /// The digests of keys this handle replayed, under its secret.
+    digest_memo: Arc<crate::key::DigestMemo>,
     /// Keys and fingerprints digested with HMAC-SHA256 under this secret.
     #[cfg(feature = "keyed-digests")]
     digest_secret: Option<Arc<crate::key::DigestSecret>>,
@@ -138,6 +140,7 @@ impl Idem {
                 defaults,
                 codec,
                 cache: None,
+                digest_memo: Arc::default(),
                 #[cfg(feature = "keyed-digests")]
                 digest_secret: None,
             }),
@@ -149,6 +152,8 @@ impl Idem {
     fn reconfigured(self, change: impl FnOnce(&mut Inner)) -> Idem {
         let mut inner = Arc::unwrap_or_clone(self.inner);
         change(&mut inner);
+        // A new memo: digests remembered under the old configuration (its secret) stay there.
+        inner.digest_memo = Arc::default();
         Idem {
             inner: Arc::new(inner),
         }
@@ -226,6 +231,11 @@ impl Idem {
     #[cfg(feature = "keyed-digests")]
     pub(crate) fn digest_secret(&self) -> Option<&crate::key::DigestSecret> {
         self.inner.digest_secret.as_deref()
+    }
+
+    /// The memo of the digests of keys this handle replayed.
+    pub(crate) fn digest_memo(&self) -> &crate::key::DigestMemo {
+        &self.inner.digest_memo
     }
 
     /// How this handle stores results.

@@ -686,33 +686,174 @@ impl KeyParts {
         });
     }
 
-    /// The key's and the fingerprint's digests in namespace `name` (the fingerprint defaults
-    /// to the key), or the error a builder kept, or `Config` when no key was given.
-    /// With `secret` (feature `keyed-digests`), keyed digests instead.
-    pub(crate) fn digests(
-        &mut self,
-        name: &str,
-        #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
-    ) -> Result<(Digest, Digest), crate::error::Error> {
+    /// The digests' inputs: namespace `name`, scope, key and fingerprint bytes, or the error
+    /// a builder kept, or `Config` when no key was given.
+    pub(crate) fn inputs<'a>(
+        &'a mut self,
+        name: &'a str,
+    ) -> Result<MemoQuery<'a>, crate::error::Error> {
         if let Some(e) = self.error.take() {
             return Err(*e);
         }
-        let key = self.key.clone().ok_or_else(|| {
+        self.query(name).ok_or_else(|| {
             crate::error::Error::Config(format!("idempotent call {name} has no key"))
-        })?;
-        let fingerprint = &self.bytes[self.fingerprint.clone().unwrap_or(key.clone())];
-        let key = &self.bytes[key];
+        })
+    }
+
+    /// The digests' inputs in namespace `name`, `None` without a key.
+    pub(crate) fn query<'a>(&'a self, name: &'a str) -> Option<MemoQuery<'a>> {
+        Some(MemoQuery {
+            namespace: name,
+            scope: self.scope.as_deref(),
+            key: &self.bytes[self.key.clone()?],
+            fingerprint: self.fingerprint.clone().map(|f| &self.bytes[f]),
+        })
+    }
+}
+
+/// What a call's two digests are computed from: a pure function of these bytes (and of the
+/// handle's secret, fixed per handle), so a [`DigestMemo`] may answer for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct MemoQuery<'a> {
+    namespace: &'a str,
+    scope: Option<&'a [u8]>,
+    key: &'a [u8],
+    /// `None`: the fingerprint is the key's.
+    fingerprint: Option<&'a [u8]>,
+}
+
+impl MemoQuery<'_> {
+    /// The key's and the fingerprint's digests; with `secret` (feature `keyed-digests`), keyed
+    /// digests instead.
+    pub(crate) fn digests(
+        &self,
+        #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
+    ) -> (Digest, Digest) {
+        let (name, key) = (self.namespace, self.key);
+        let fingerprint = self.fingerprint.unwrap_or(key);
         #[cfg(feature = "keyed-digests")]
         if let Some(secret) = secret {
-            return Ok((
-                secret.key_digest(name, self.scope.as_deref(), key),
+            return (
+                secret.key_digest(name, self.scope, key),
                 secret.fingerprint_digest(fingerprint),
-            ));
+            );
         }
-        Ok((
-            key_digest(name, self.scope.as_deref(), key),
+        (
+            key_digest(name, self.scope, key),
             fingerprint_digest(fingerprint),
-        ))
+        )
+    }
+
+    /// Whether the memo keeps these inputs: not a long key, so that the memo's memory stays
+    /// bounded by its entry count.
+    fn memoised(&self) -> bool {
+        let len = self.namespace.len()
+            + self.scope.map_or(0, <[u8]>::len)
+            + self.key.len()
+            + self.fingerprint.map_or(0, <[u8]>::len);
+        len <= MEMO_MAX_INPUT
+    }
+}
+
+/// The owned [`MemoQuery`] a [`DigestMemo`] keeps.
+#[derive(Debug)]
+struct MemoKey {
+    namespace: Box<str>,
+    scope: Option<Box<[u8]>>,
+    key: Box<[u8]>,
+    fingerprint: Option<Box<[u8]>>,
+}
+
+impl MemoKey {
+    fn query(&self) -> MemoQuery<'_> {
+        MemoQuery {
+            namespace: &self.namespace,
+            scope: self.scope.as_deref(),
+            key: &self.key,
+            fingerprint: self.fingerprint.as_deref(),
+        }
+    }
+}
+
+// Hashed and compared as its query, so that a query finds it.
+impl std::hash::Hash for MemoKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.query().hash(state)
+    }
+}
+
+impl PartialEq for MemoKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.query() == other.query()
+    }
+}
+
+impl Eq for MemoKey {}
+
+impl quick_cache::Equivalent<MemoKey> for MemoQuery<'_> {
+    fn equivalent(&self, key: &MemoKey) -> bool {
+        *self == key.query()
+    }
+}
+
+/// How many calls' digests a handle remembers.
+const MEMO_ENTRIES: usize = 1024;
+/// The longest inputs (namespace, scope, key and fingerprint bytes) a memo keeps.
+const MEMO_MAX_INPUT: usize = 256;
+
+/// A handle's memo of the digests of keys it replayed: a replay repeats its key and arguments
+/// by definition, and the two SHA-256 (or HMAC) digests are most of a replay's work. Exact: an
+/// entry answers only for byte-for-byte the same inputs, under the handle's one secret.
+/// Bounded: [`MEMO_ENTRIES`] entries of at most [`MEMO_MAX_INPUT`] bytes.
+pub(crate) struct DigestMemo {
+    entries: quick_cache::sync::Cache<
+        MemoKey,
+        (Digest, Digest),
+        quick_cache::UnitWeighter,
+        foldhash::fast::RandomState,
+    >,
+}
+
+impl fmt::Debug for DigestMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DigestMemo")
+            .field("entries", &self.entries.len())
+            .finish()
+    }
+}
+
+impl Default for DigestMemo {
+    fn default() -> Self {
+        DigestMemo {
+            entries: quick_cache::sync::Cache::with(
+                MEMO_ENTRIES,
+                MEMO_ENTRIES as u64,
+                quick_cache::UnitWeighter,
+                Default::default(),
+                Default::default(),
+            ),
+        }
+    }
+}
+
+impl DigestMemo {
+    /// The digests of `query` if remembered.
+    pub(crate) fn get(&self, query: &MemoQuery<'_>) -> Option<(Digest, Digest)> {
+        self.entries.get(query)
+    }
+
+    /// Remembers the digests of `query` (computed from it under this handle's secret).
+    pub(crate) fn put(&self, query: &MemoQuery<'_>, digests: (Digest, Digest)) {
+        if !query.memoised() {
+            return;
+        }
+        let key = MemoKey {
+            namespace: query.namespace.into(),
+            scope: query.scope.map(Into::into),
+            key: query.key.into(),
+            fingerprint: query.fingerprint.map(Into::into),
+        };
+        self.entries.insert(key, digests);
     }
 }
 
@@ -721,6 +862,50 @@ mod tests {
     use super::*;
     use serde::Serialize;
     use std::collections::{BTreeMap, HashMap};
+
+    /// The memo answers only for byte-for-byte the same inputs, with the digests computed
+    /// from them: another namespace, scope, key or fingerprint, or a fingerprint set to the
+    /// key's bytes rather than left to default to them, is a miss.
+    #[test]
+    fn the_digest_memo_answers_only_for_the_same_inputs() {
+        let memo = DigestMemo::default();
+        let (k, k2, s) = (
+            canonical(&7u64).unwrap(),
+            canonical(&8u64).unwrap(),
+            canonical("t").unwrap(),
+        );
+        let q = |namespace, scope, key, fingerprint| MemoQuery {
+            namespace,
+            scope,
+            key,
+            fingerprint,
+        };
+        let query = q("n", Some(&s[..]), &k[..], Some(&k2[..]));
+        let digests = query.digests(
+            #[cfg(feature = "keyed-digests")]
+            None,
+        );
+        assert_eq!(
+            digests,
+            (key_digest("n", Some(&s), &k), fingerprint_digest(&k2))
+        );
+        memo.put(&query, digests);
+        assert_eq!(memo.get(&query), Some(digests));
+        for other in [
+            q("m", Some(&s[..]), &k[..], Some(&k2[..])),
+            q("n", None, &k[..], Some(&k2[..])),
+            q("n", Some(&s[..]), &k2[..], Some(&k2[..])),
+            q("n", Some(&s[..]), &k[..], Some(&k[..])),
+            q("n", Some(&s[..]), &k[..], None),
+        ] {
+            assert_eq!(memo.get(&other), None, "{other:?}");
+        }
+        // Inputs above the bound are not kept.
+        let long = vec![0u8; MEMO_MAX_INPUT];
+        let big = q("n", None, &long, None);
+        memo.put(&big, digests);
+        assert_eq!(memo.get(&big), None);
+    }
 
     fn digest_of<T: Serialize + ?Sized>(ns: &str, scope: Option<&str>, key: &T) -> String {
         let scope = scope.map(|s| canonical(s).unwrap());
