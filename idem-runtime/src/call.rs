@@ -400,13 +400,14 @@ impl Prepared {
                 fingerprint: &self.fingerprint,
                 lease: self.lease,
             };
-            let sent = Instant::now();
             // Read before the claim: a release announced after it keeps the result uncached.
             let epoch = self.idem.cache().map(|cache| cache.epoch());
-            let (decision, mut remaining) = match obs.store("claim", exec.decide(claim)).await {
-                Ok(decided) => decided,
-                Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
-            };
+            let timed = epoch.is_some();
+            let (decision, mut remaining, sent) =
+                match obs.store("claim", exec.decide(claim, timed)).await {
+                    Ok(decided) => decided,
+                    Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+                };
             let decision = match (decision, self.wait, exec.leased()) {
                 (Decision::InProgress { .. }, Some(wait), Some(store)) => {
                     // The claim's record was the attempt in flight: its remaining time is
@@ -424,12 +425,13 @@ impl Prepared {
             let done = match decision {
                 Decision::Run { token } => {
                     obs.claimed(token);
+                    let sent = sent.expect("Exec::decide times every claim it wins");
                     return Begun::Run { token, sent };
                 }
                 Decision::Replay(bytes) => match self.remember().open::<T>(&bytes) {
                     Ok(plain) => {
-                        if let (Some(cache), Some(remaining), Some(epoch)) =
-                            (self.idem.cache(), remaining, epoch)
+                        if let (Some(cache), Some(remaining), Some(epoch), Some(sent)) =
+                            (self.idem.cache(), remaining, epoch, sent)
                         {
                             cache.put(
                                 self.key,

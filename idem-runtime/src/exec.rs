@@ -19,6 +19,7 @@ use crate::observe::KeyPrefix;
 use crate::protocol::{self, Decision};
 use crate::store::{Claim, ClaimOutcome, Complete, Store};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Where a call's claim, completion and release run.
 // Named by `InTransaction`'s hidden method (so `pub`); without a transactional store it is
@@ -104,21 +105,31 @@ impl<'a> Exec<'a> {
     }
 
     /// The claim and what it decides (`protocol::decide`), with the time left of the live
-    /// record it found, if any.
+    /// record it found, if any, and when the claim was sent: always for a claim it won, else
+    /// only when `timed` (a cached result's age is counted from it).
     pub(crate) async fn decide(
         &mut self,
         claim: Claim<'_>,
-    ) -> Result<(Decision, Option<Duration>), Error> {
+        timed: bool,
+    ) -> Result<(Decision, Option<Duration>, Option<Instant>), Error> {
         if let Exec::Memory(store) = self {
-            return Ok(store.claim_decided(claim));
+            // The memory store times a claim it grants: a replay reads only its clock.
+            let sent = timed.then(Instant::now);
+            let (decision, remaining, started) = store.claim_decided(claim);
+            return Ok((decision, remaining, started.or(sent)));
         }
+        let sent = Instant::now();
         let fingerprint = claim.fingerprint;
         let outcome = self.claim(claim).await?;
         let remaining = match &outcome {
             ClaimOutcome::Existing(record) => Some(record.remaining()),
             ClaimOutcome::Claimed { .. } => None,
         };
-        Ok((protocol::decide(outcome, fingerprint), remaining))
+        Ok((
+            protocol::decide(outcome, fingerprint),
+            remaining,
+            Some(sent),
+        ))
     }
 
     /// `Ok(false)`: the record no longer holds this token (fencing).
