@@ -10,7 +10,8 @@ use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
 use crate::protocol::{self, Decision};
-use crate::store::{Claim, ClaimOutcome, Complete, Store};
+use crate::store::memory::MemoryStore;
+use crate::store::{Claim, Complete, Store};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::Future;
@@ -83,7 +84,10 @@ pub(crate) struct Prepared {
     pub(crate) name: Cow<'static, str>,
     key: Digest,
     fingerprint: Digest,
-    scope: Option<Vec<u8>>,
+    /// What the digests were computed from, for the handle's memo of replayed keys; the scope.
+    parts: key::KeyParts,
+    /// The digests came from the memo.
+    remembered: bool,
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
@@ -116,20 +120,20 @@ impl Call {
     /// The key: the same on every retry of one logical operation. Any `Serialize` value; it is
     /// stored only as a digest, so its size and content (NUL bytes, empty) do not matter.
     pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-        self.parts.key = self.parts.encode(&self.name, "key", key);
+        self.parts.set_key(&self.name, key);
         self
     }
 
     /// A tenant or principal: the same key in two scopes is two different keys.
     pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-        self.parts.scope = self.parts.encode(&self.name, "scope", scope);
+        self.parts.set_scope(&self.name, scope);
         self
     }
 
     /// What must match on a repeat with the same key (default: the key itself). A repeat with
     /// another fingerprint is refused with [`Error::Mismatch`].
     pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-        self.parts.fingerprint = self.parts.encode(&self.name, "fingerprint", fingerprint);
+        self.parts.set_fingerprint(&self.name, fingerprint);
         self
     }
 
@@ -169,7 +173,7 @@ impl Call {
     /// Resolves the handle, the step's parent, the digests and the defaults.
     pub(crate) fn prepare(mut self) -> Result<Prepared, Error> {
         if let Some(e) = self.parts.error.take() {
-            return Err(e);
+            return Err(*e);
         }
         let parent = if self.step { context::current() } else { None };
         if let Some(parent) = &parent {
@@ -181,11 +185,15 @@ impl Call {
             Some(idem) => idem,
             None => Idem::installed().ok_or_else(not_installed)?,
         };
-        let (key, fingerprint) = self.parts.digests(
-            &self.name,
-            #[cfg(feature = "keyed-digests")]
-            idem.digest_secret(),
-        )?;
+        let query = self.parts.inputs(&self.name)?;
+        let memo = idem.digest_memo().get(&query);
+        let remembered = memo.is_some();
+        let (key, fingerprint) = memo.unwrap_or_else(|| {
+            query.digests(
+                #[cfg(feature = "keyed-digests")]
+                idem.digest_secret(),
+            )
+        });
         let defaults = *idem.defaults();
         // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
         let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);
@@ -202,7 +210,8 @@ impl Call {
             name: self.name,
             key,
             fingerprint,
-            scope: self.parts.scope,
+            parts: self.parts,
+            remembered,
             ttl,
             lease,
             wait: self.wait.unwrap_or(defaults.wait),
@@ -278,11 +287,42 @@ impl Call {
             Err(e) => return Err(fail(obs, e, into_err)),
         };
         let store = call.idem.store();
-        let mut exec = Exec::Store(store);
+        let mut exec = match call.idem.store_as::<MemoryStore>() {
+            Some(memory) => Exec::Memory(memory),
+            None => Exec::Store(store),
+        };
         let (token, sent) = match call.begin(&mut exec, obs, &policy, into_err).await {
             Begun::Run { token, sent } => (token, sent),
             Begun::Done(done) => return done,
         };
+        // The attempt (body, renewals, completion) on the heap of its own: a replay never gets
+        // here, and this future, built and moved whole on every call, then carries two words for
+        // it instead of the attempt's state.
+        Box::pin(call.attempt(store, obs, token, sent, policy, into_err, body)).await
+    }
+}
+
+impl Prepared {
+    /// The body under the claim `token` (taken at `sent`), its lease renewed meanwhile, then
+    /// its result stored or the key released.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt<T, E, P, Fut>(
+        &self,
+        store: &dyn Store,
+        obs: &mut Obs,
+        token: u64,
+        sent: Instant,
+        policy: P,
+        into_err: fn(Error) -> E,
+        body: Fut,
+    ) -> Result<Outcome<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let call = self;
+        let mut exec = Exec::Store(store);
         let held = Held::new(sent, call.lease);
         let attempt = async {
             match lease::caught(CURRENT.scope(call.context(token), body)).await {
@@ -349,6 +389,7 @@ impl Prepared {
             // replayed without asking the store. Anything else (a miss, another fingerprint)
             // goes to the store, which decides.
             if let Some(plain) = cache.get(&self.key, &self.fingerprint) {
+                self.remember();
                 return Begun::Done(replay(obs, policy, &plain, into_err, Ended::Cached));
             }
         }
@@ -359,25 +400,21 @@ impl Prepared {
                 fingerprint: &self.fingerprint,
                 lease: self.lease,
             };
-            let sent = Instant::now();
             // Read before the claim: a release announced after it keeps the result uncached.
             let epoch = self.idem.cache().map(|cache| cache.epoch());
-            let (decision, mut remaining) = match obs.store("claim", exec.claim(claim)).await {
-                Ok(outcome) => {
-                    let remaining = match &outcome {
-                        ClaimOutcome::Existing(record) => Some(record.remaining()),
-                        ClaimOutcome::Claimed { .. } => None,
-                    };
-                    (protocol::decide(outcome, &self.fingerprint), remaining)
-                }
-                Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
-            };
+            let timed = epoch.is_some();
+            let (decision, mut remaining, sent) =
+                match obs.store("claim", exec.decide(claim, timed)).await {
+                    Ok(decided) => decided,
+                    Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+                };
             let decision = match (decision, self.wait, exec.leased()) {
                 (Decision::InProgress { .. }, Some(wait), Some(store)) => {
                     // The claim's record was the attempt in flight: its remaining time is
                     // its lease, not the TTL of the result waited for, which is not cached.
                     remaining = None;
-                    match wait_for(store, self, obs, Instant::now() + wait).await {
+                    // Boxed: a rare branch, kept out of every call's future.
+                    match Box::pin(wait_for(store, self, obs, Instant::now() + wait)).await {
                         Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
                         Waited::Decided(decision) => decision,
                         Waited::Failed(e) => return Begun::Done(Err(fail(obs, e, into_err))),
@@ -388,12 +425,13 @@ impl Prepared {
             let done = match decision {
                 Decision::Run { token } => {
                     obs.claimed(token);
+                    let sent = sent.expect("Exec::decide times every claim it wins");
                     return Begun::Run { token, sent };
                 }
-                Decision::Replay(bytes) => match self.open::<T>(&bytes) {
+                Decision::Replay(bytes) => match self.remember().open::<T>(&bytes) {
                     Ok(plain) => {
-                        if let (Some(cache), Some(remaining), Some(epoch)) =
-                            (self.idem.cache(), remaining, epoch)
+                        if let (Some(cache), Some(remaining), Some(epoch), Some(sent)) =
+                            (self.idem.cache(), remaining, epoch, sent)
                         {
                             cache.put(
                                 self.key,
@@ -417,13 +455,26 @@ impl Prepared {
         }
     }
 
+    /// Keeps this call's digests in the handle's memo: it was a replay, whose key is likely to
+    /// be replayed again (a client retrying), while a fresh key may never come back.
+    fn remember(&self) -> &Self {
+        if !self.remembered {
+            if let Some(query) = self.parts.query(&self.name) {
+                self.idem
+                    .digest_memo()
+                    .put(&query, (self.key, self.fingerprint));
+            }
+        }
+        self
+    }
+
     /// The logical call the body runs in: what `current_key()` reads and steps nest under.
     pub(crate) fn context(&self, token: u64) -> CallContext {
         CallContext {
             key: self.key,
             token,
             idem: self.idem.clone(),
-            scope: self.scope.clone(),
+            scope: self.parts.scope.clone(),
             ttl: self.ttl,
             enqueued: Default::default(),
         }
@@ -691,6 +742,61 @@ pub(crate) fn not_installed() -> Error {
 mod tests {
     use crate::{CodecErrorKind, Error, Idem};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Replays answered from the handle's digest memo still check the fingerprint: a changed
+    /// argument after several replays of a key is a mismatch, and the body never runs again.
+    #[tokio::test]
+    async fn a_remembered_key_still_refuses_other_arguments() {
+        let idem = Idem::memory();
+        let runs = &AtomicUsize::new(0);
+        let call = |amount: u64| {
+            idem.call("charges")
+                .key("order-1")
+                .fingerprint(&("order-1", amount))
+                .run(async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<u64, Error>(amount)
+                })
+        };
+        assert!(!call(5).await.unwrap().is_replayed());
+        for _ in 0..3 {
+            let out = call(5).await.unwrap();
+            assert!(out.is_replayed());
+            assert_eq!(out.into_inner(), 5);
+        }
+        match call(6).await {
+            Err(Error::Mismatch { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    /// A handle given a digest secret does not answer from the memo of the handle it was made
+    /// from: its keys are keyed digests, so a key replayed on the plain handle is a new key on
+    /// the keyed one, as without the memo.
+    #[cfg(feature = "keyed-digests")]
+    #[tokio::test]
+    async fn a_keyed_handle_does_not_use_the_plain_handles_memo() {
+        let plain = Idem::memory();
+        let runs = AtomicUsize::new(0);
+        let call = |idem: &Idem| {
+            idem.call("charges").key("order-1").run(async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<u64, Error>(1)
+            })
+        };
+        call(&plain).await.unwrap();
+        assert!(call(&plain).await.unwrap().is_replayed());
+        assert!(call(&plain).await.unwrap().is_replayed());
+        let keyed = plain
+            .clone()
+            .with_digest_secret(crate::key::DigestSecret::new(&[7; 32]).unwrap());
+        assert!(!call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&keyed).await.unwrap().is_replayed());
+        assert!(call(&plain).await.unwrap().is_replayed());
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
 
     /// A result that cannot be stored (a NaN, found by the `record_decoding` fuzz target: it was
     /// stored as `null`, which no replay could decode) frees its key: the call fails with the

@@ -16,7 +16,10 @@
 use crate::error::Error;
 use crate::key::Digest;
 use crate::observe::KeyPrefix;
+use crate::protocol::{self, Decision};
 use crate::store::{Claim, ClaimOutcome, Complete, Store};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Where a call's claim, completion and release run.
 // Named by `InTransaction`'s hidden method (so `pub`); without a transactional store it is
@@ -28,6 +31,9 @@ use crate::store::{Claim, ClaimOutcome, Complete, Store};
 pub enum Exec<'a> {
     /// On the handle's store, under a renewed lease.
     Store(&'a dyn Store),
+    /// The same on the memory store, whose claim the engine reads in place
+    /// ([`Exec::decide`]).
+    Memory(&'a crate::store::memory::MemoryStore),
     /// Inside the caller's PostgreSQL transaction, on its connection.
     #[cfg(feature = "postgres")]
     Transaction {
@@ -46,6 +52,7 @@ impl std::fmt::Debug for Exec<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Exec::Store(_) => "Exec::Store",
+            Exec::Memory(_) => "Exec::Memory",
             #[cfg(feature = "postgres")]
             Exec::Transaction { .. } => "Exec::Transaction",
             #[cfg(feature = "mysql")]
@@ -59,6 +66,7 @@ impl<'a> Exec<'a> {
     pub(crate) fn backend(&self) -> crate::store::Backend {
         match self {
             Exec::Store(store) => store.backend(),
+            Exec::Memory(store) => store.backend(),
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, .. } => store.backend(),
             #[cfg(feature = "mysql")]
@@ -71,6 +79,7 @@ impl<'a> Exec<'a> {
     pub(crate) fn leased(&self) -> Option<&'a dyn Store> {
         match self {
             Exec::Store(store) => Some(*store),
+            Exec::Memory(store) => Some(*store),
             #[cfg(feature = "postgres")]
             Exec::Transaction { .. } => None,
             #[cfg(feature = "mysql")]
@@ -78,31 +87,63 @@ impl<'a> Exec<'a> {
         }
     }
 
+    // The transactional statements' futures are boxed: they are large, and inline they would
+    // size (and be moved with) every call's future, the default executor's too.
     pub(crate) async fn claim(&mut self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
         match self {
             Exec::Store(store) => store.claim(claim).await,
+            Exec::Memory(store) => store.claim(claim).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                crate::store::postgres::tx::claim(store, conn, claim).await
+                Box::pin(crate::store::postgres::tx::claim(store, conn, claim)).await
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                crate::store::mysql::tx::claim(store, conn, claim).await
+                Box::pin(crate::store::mysql::tx::claim(store, conn, claim)).await
             }
         }
+    }
+
+    /// The claim and what it decides (`protocol::decide`), with the time left of the live
+    /// record it found, if any, and when the claim was sent: always for a claim it won, else
+    /// only when `timed` (a cached result's age is counted from it).
+    pub(crate) async fn decide(
+        &mut self,
+        claim: Claim<'_>,
+        timed: bool,
+    ) -> Result<(Decision, Option<Duration>, Option<Instant>), Error> {
+        if let Exec::Memory(store) = self {
+            // The memory store times a claim it grants: a replay reads only its clock.
+            let sent = timed.then(Instant::now);
+            let (decision, remaining, started) = store.claim_decided(claim);
+            return Ok((decision, remaining, started.or(sent)));
+        }
+        let sent = Instant::now();
+        let fingerprint = claim.fingerprint;
+        let outcome = self.claim(claim).await?;
+        let remaining = match &outcome {
+            ClaimOutcome::Existing(record) => Some(record.remaining()),
+            ClaimOutcome::Claimed { .. } => None,
+        };
+        Ok((
+            protocol::decide(outcome, fingerprint),
+            remaining,
+            Some(sent),
+        ))
     }
 
     /// `Ok(false)`: the record no longer holds this token (fencing).
     pub(crate) async fn complete(&mut self, done: Complete<'_>) -> Result<bool, Error> {
         match self {
             Exec::Store(store) => store.complete(done).await,
+            Exec::Memory(store) => store.complete(done).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                crate::store::postgres::tx::complete(store, conn, done).await
+                Box::pin(crate::store::postgres::tx::complete(store, conn, done)).await
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                crate::store::mysql::tx::complete(store, conn, done).await
+                Box::pin(crate::store::mysql::tx::complete(store, conn, done)).await
             }
         }
     }
@@ -113,9 +154,10 @@ impl<'a> Exec<'a> {
     pub(crate) async fn release(&mut self, name: &str, key: &Digest, token: u64) {
         let released = match self {
             Exec::Store(store) => store.release(key, token).await,
+            Exec::Memory(store) => store.release(key, token).await,
             #[cfg(feature = "postgres")]
             Exec::Transaction { store, conn } => {
-                match crate::store::postgres::tx::release(store, conn, key, token).await {
+                match Box::pin(crate::store::postgres::tx::release(store, conn, key, token)).await {
                     // The body's own failed statement aborted the transaction: expected.
                     Err(e) => {
                         tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,
@@ -127,7 +169,7 @@ impl<'a> Exec<'a> {
             }
             #[cfg(feature = "mysql")]
             Exec::MysqlTransaction { store, conn } => {
-                match crate::store::mysql::tx::release(store, conn, key, token).await {
+                match Box::pin(crate::store::mysql::tx::release(store, conn, key, token)).await {
                     // A deadlock in the body's own statements rolled the transaction back.
                     Err(e) => {
                         tracing::debug!(idem.name = name, idem.key = %KeyPrefix(key), idem.token = token, error = %e,

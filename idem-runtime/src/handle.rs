@@ -24,14 +24,16 @@ pub struct Idem {
 struct Inner {
     store: Arc<dyn Store>,
     /// The same store, for the engine to find a concrete store type where it needs one (the
-    /// transactional mode needs PostgreSQL's statements), without a per-backend hook on `Store`.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    /// transactional mode needs PostgreSQL's statements; a replay on the memory store decides
+    /// under its lock), without a per-backend hook on `Store`.
     any: Arc<dyn std::any::Any + Send + Sync>,
     defaults: Defaults,
     /// What a result goes through on its way to the store and back.
     codec: Codec,
     /// Completed results kept in this process ([`Idem::with_cache`]).
     cache: Option<Arc<ResultCache>>,
+    /// The digests of keys this handle replayed, under its secret.
+    digest_memo: Arc<crate::key::DigestMemo>,
     /// Keys and fingerprints digested with HMAC-SHA256 under this secret.
     #[cfg(feature = "keyed-digests")]
     digest_secret: Option<Arc<crate::key::DigestSecret>>,
@@ -133,12 +135,12 @@ impl Idem {
         let codec = Codec::new(store.max_value_len());
         Idem {
             inner: Arc::new(Inner {
-                #[cfg(any(feature = "postgres", feature = "mysql"))]
                 any: store.clone(),
                 store,
                 defaults,
                 codec,
                 cache: None,
+                digest_memo: Arc::default(),
                 #[cfg(feature = "keyed-digests")]
                 digest_secret: None,
             }),
@@ -150,6 +152,8 @@ impl Idem {
     fn reconfigured(self, change: impl FnOnce(&mut Inner)) -> Idem {
         let mut inner = Arc::unwrap_or_clone(self.inner);
         change(&mut inner);
+        // A new memo: digests remembered under the old configuration (its secret) stay there.
+        inner.digest_memo = Arc::default();
         Idem {
             inner: Arc::new(inner),
         }
@@ -227,6 +231,11 @@ impl Idem {
     #[cfg(feature = "keyed-digests")]
     pub(crate) fn digest_secret(&self) -> Option<&crate::key::DigestSecret> {
         self.inner.digest_secret.as_deref()
+    }
+
+    /// The memo of the digests of keys this handle replayed.
+    pub(crate) fn digest_memo(&self) -> &crate::key::DigestMemo {
+        &self.inner.digest_memo
     }
 
     /// How this handle stores results.
@@ -351,7 +360,6 @@ impl Idem {
     }
 
     /// The store behind this handle as an `S`, if it is one.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn store_as<S: Store>(&self) -> Option<&S> {
         self.inner.any.downcast_ref::<S>()
     }

@@ -18,6 +18,9 @@
 use serde::ser::{self, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::fmt;
+use std::hash::BuildHasher as _;
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Domain tag of call keys, version 1 of the encoding.
 const DOMAIN_KEY: &[u8] = b"idem\0key\0v1\0";
@@ -621,57 +624,237 @@ impl ser::SerializeStructVariant for Map<'_> {
 /// [`crate::Call`] and of the PostgreSQL transactional mode, so both compute one key alike.
 #[derive(Debug, Default)]
 pub(crate) struct KeyParts {
-    pub(crate) key: Option<Vec<u8>>,
+    /// The key's and the fingerprint's encodings, one after the other in one buffer: one
+    /// allocation for both.
+    bytes: Vec<u8>,
+    key: Option<Range<usize>>,
+    fingerprint: Option<Range<usize>>,
     pub(crate) scope: Option<Vec<u8>>,
-    pub(crate) fingerprint: Option<Vec<u8>>,
     /// The first value that did not encode: builders cannot fail, so it is reported at `run`.
-    pub(crate) error: Option<crate::error::Error>,
+    /// Boxed: rare, and the builder is moved by value.
+    pub(crate) error: Option<Box<crate::error::Error>>,
 }
 
 impl KeyParts {
-    /// The canonical bytes of `v`, or `None` with the error kept for later.
-    pub(crate) fn encode<T: Serialize + ?Sized>(
+    /// Sets the key of a call in namespace `name`.
+    pub(crate) fn set_key<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.key = self.append(name, "key", v);
+    }
+
+    /// Sets the fingerprint of a call in namespace `name`.
+    pub(crate) fn set_fingerprint<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.fingerprint = self.append(name, "fingerprint", v);
+    }
+
+    /// Sets the scope of a call in namespace `name`.
+    pub(crate) fn set_scope<T: Serialize + ?Sized>(&mut self, name: &str, v: &T) {
+        self.scope = match canonical(v) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.keep(name, "scope", e);
+                None
+            }
+        };
+    }
+
+    /// Appends the canonical bytes of `v` and returns where they are, or `None` with the error
+    /// kept for later. (A value set twice leaves its first bytes unused in the buffer.)
+    fn append<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         what: &str,
         v: &T,
-    ) -> Option<Vec<u8>> {
-        match canonical(v) {
-            Ok(b) => Some(b),
+    ) -> Option<Range<usize>> {
+        if self.bytes.capacity() == 0 {
+            // Room for an id and a few arguments: what `canonical` reserves, for two values.
+            self.bytes.reserve(128);
+        }
+        let start = self.bytes.len();
+        match v.serialize(Canon {
+            out: &mut self.bytes,
+        }) {
+            Ok(()) => Some(start..self.bytes.len()),
             Err(e) => {
-                self.error
-                    .get_or_insert(crate::error::Error::Key(format!("{what} of {name}: {e}")));
+                self.bytes.truncate(start);
+                self.keep(name, what, e);
                 None
             }
         }
     }
 
-    /// The key's and the fingerprint's digests in namespace `name` (the fingerprint defaults
-    /// to the key), or the error a builder kept, or `Config` when no key was given.
-    /// With `secret` (feature `keyed-digests`), keyed digests instead.
-    pub(crate) fn digests(
-        &mut self,
-        name: &str,
-        #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
-    ) -> Result<(Digest, Digest), crate::error::Error> {
+    fn keep(&mut self, name: &str, what: &str, e: EncodeError) {
+        self.error.get_or_insert_with(|| {
+            Box::new(crate::error::Error::Key(format!("{what} of {name}: {e}")))
+        });
+    }
+
+    /// The digests' inputs: namespace `name`, scope, key and fingerprint bytes, or the error
+    /// a builder kept, or `Config` when no key was given.
+    pub(crate) fn inputs<'a>(
+        &'a mut self,
+        name: &'a str,
+    ) -> Result<MemoQuery<'a>, crate::error::Error> {
         if let Some(e) = self.error.take() {
-            return Err(e);
+            return Err(*e);
         }
-        let key = self.key.as_deref().ok_or_else(|| {
+        self.query(name).ok_or_else(|| {
             crate::error::Error::Config(format!("idempotent call {name} has no key"))
-        })?;
-        let fingerprint = self.fingerprint.as_deref().unwrap_or(key);
+        })
+    }
+
+    /// The digests' inputs in namespace `name`, `None` without a key.
+    pub(crate) fn query<'a>(&'a self, name: &'a str) -> Option<MemoQuery<'a>> {
+        Some(MemoQuery {
+            namespace: name,
+            scope: self.scope.as_deref(),
+            key: &self.bytes[self.key.clone()?],
+            fingerprint: self.fingerprint.clone().map(|f| &self.bytes[f]),
+        })
+    }
+}
+
+/// What a call's two digests are computed from: a pure function of these bytes (and of the
+/// handle's secret, fixed per handle), so a [`DigestMemo`] may answer for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemoQuery<'a> {
+    namespace: &'a str,
+    scope: Option<&'a [u8]>,
+    key: &'a [u8],
+    /// `None`: the fingerprint is the key's.
+    fingerprint: Option<&'a [u8]>,
+}
+
+impl MemoQuery<'_> {
+    /// The key's and the fingerprint's digests; with `secret` (feature `keyed-digests`), keyed
+    /// digests instead.
+    pub(crate) fn digests(
+        &self,
+        #[cfg(feature = "keyed-digests")] secret: Option<&DigestSecret>,
+    ) -> (Digest, Digest) {
+        let (name, key) = (self.namespace, self.key);
+        let fingerprint = self.fingerprint.unwrap_or(key);
         #[cfg(feature = "keyed-digests")]
         if let Some(secret) = secret {
-            return Ok((
-                secret.key_digest(name, self.scope.as_deref(), key),
+            return (
+                secret.key_digest(name, self.scope, key),
                 secret.fingerprint_digest(fingerprint),
-            ));
+            );
         }
-        Ok((
-            key_digest(name, self.scope.as_deref(), key),
+        (
+            key_digest(name, self.scope, key),
             fingerprint_digest(fingerprint),
-        ))
+        )
+    }
+
+    /// Whether the memo keeps these inputs: not a long key, so that the memo's memory stays
+    /// bounded by its entry count.
+    fn memoised(&self) -> bool {
+        let len = self.namespace.len()
+            + self.scope.map_or(0, <[u8]>::len)
+            + self.key.len()
+            + self.fingerprint.map_or(0, <[u8]>::len);
+        len <= MEMO_MAX_INPUT
+    }
+}
+
+// Hashed on every call: three writes, not the derived ten (a length, a tag or a separator per
+// field). Equal queries hash alike; which fields are equal is for `eq` to tell.
+impl std::hash::Hash for MemoQuery<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.key);
+        state.write(self.fingerprint.unwrap_or_default());
+        state.write(self.namespace.as_bytes());
+    }
+}
+
+/// The owned [`MemoQuery`] a [`DigestMemo`] keeps.
+#[derive(Debug)]
+struct MemoKey {
+    namespace: Box<str>,
+    scope: Option<Box<[u8]>>,
+    key: Box<[u8]>,
+    fingerprint: Option<Box<[u8]>>,
+}
+
+impl MemoKey {
+    fn query(&self) -> MemoQuery<'_> {
+        MemoQuery {
+            namespace: &self.namespace,
+            scope: self.scope.as_deref(),
+            key: &self.key,
+            fingerprint: self.fingerprint.as_deref(),
+        }
+    }
+}
+
+/// How many calls' digests a handle remembers (a power of two: a slot is a hash's low bits).
+const MEMO_ENTRIES: usize = 1024;
+/// The longest inputs (namespace, scope, key and fingerprint bytes) a memo keeps.
+const MEMO_MAX_INPUT: usize = 256;
+
+/// A handle's memo of the digests of keys it replayed: a replay repeats its key and arguments
+/// by definition, and the two SHA-256 (or HMAC) digests are most of a replay's work. Exact: an
+/// entry answers only for byte-for-byte the same inputs, under the handle's one secret.
+/// Bounded: [`MEMO_ENTRIES`] entries of at most [`MEMO_MAX_INPUT`] bytes.
+///
+/// Direct-mapped, as a CPU cache is: a query has one slot, and a put replaces what the slot
+/// held. A miss only costs the digests the call computes anyway, so no eviction policy is worth
+/// its bookkeeping on every call (nor a cache crate's place in the dependency budget).
+pub(crate) struct DigestMemo {
+    slots: Box<[Mutex<Option<Slot>>]>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// One slot: the inputs it answers for, and their digests.
+struct Slot {
+    inputs: MemoKey,
+    digests: (Digest, Digest),
+}
+
+impl fmt::Debug for DigestMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DigestMemo")
+            .field("slots", &self.slots.len())
+            .finish()
+    }
+}
+
+impl Default for DigestMemo {
+    fn default() -> Self {
+        DigestMemo {
+            slots: (0..MEMO_ENTRIES).map(|_| Mutex::new(None)).collect(),
+            hasher: Default::default(),
+        }
+    }
+}
+
+impl DigestMemo {
+    fn slot(&self, query: &MemoQuery<'_>) -> MutexGuard<'_, Option<Slot>> {
+        let i = self.hasher.hash_one(query) as usize & (MEMO_ENTRIES - 1);
+        // A panic while a slot was held left whole values in it (a put assigns one).
+        self.slots[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The digests of `query` if remembered.
+    pub(crate) fn get(&self, query: &MemoQuery<'_>) -> Option<(Digest, Digest)> {
+        self.slot(query)
+            .as_ref()
+            .filter(|slot| slot.inputs.query() == *query)
+            .map(|slot| slot.digests)
+    }
+
+    /// Remembers the digests of `query` (computed from it under this handle's secret).
+    pub(crate) fn put(&self, query: &MemoQuery<'_>, digests: (Digest, Digest)) {
+        if !query.memoised() {
+            return;
+        }
+        let inputs = MemoKey {
+            namespace: query.namespace.into(),
+            scope: query.scope.map(Into::into),
+            key: query.key.into(),
+            fingerprint: query.fingerprint.map(Into::into),
+        };
+        *self.slot(query) = Some(Slot { inputs, digests });
     }
 }
 
@@ -680,6 +863,50 @@ mod tests {
     use super::*;
     use serde::Serialize;
     use std::collections::{BTreeMap, HashMap};
+
+    /// The memo answers only for byte-for-byte the same inputs, with the digests computed
+    /// from them: another namespace, scope, key or fingerprint, or a fingerprint set to the
+    /// key's bytes rather than left to default to them, is a miss.
+    #[test]
+    fn the_digest_memo_answers_only_for_the_same_inputs() {
+        let memo = DigestMemo::default();
+        let (k, k2, s) = (
+            canonical(&7u64).unwrap(),
+            canonical(&8u64).unwrap(),
+            canonical("t").unwrap(),
+        );
+        let q = |namespace, scope, key, fingerprint| MemoQuery {
+            namespace,
+            scope,
+            key,
+            fingerprint,
+        };
+        let query = q("n", Some(&s[..]), &k[..], Some(&k2[..]));
+        let digests = query.digests(
+            #[cfg(feature = "keyed-digests")]
+            None,
+        );
+        assert_eq!(
+            digests,
+            (key_digest("n", Some(&s), &k), fingerprint_digest(&k2))
+        );
+        memo.put(&query, digests);
+        assert_eq!(memo.get(&query), Some(digests));
+        for other in [
+            q("m", Some(&s[..]), &k[..], Some(&k2[..])),
+            q("n", None, &k[..], Some(&k2[..])),
+            q("n", Some(&s[..]), &k2[..], Some(&k2[..])),
+            q("n", Some(&s[..]), &k[..], Some(&k[..])),
+            q("n", Some(&s[..]), &k[..], None),
+        ] {
+            assert_eq!(memo.get(&other), None, "{other:?}");
+        }
+        // Inputs above the bound are not kept.
+        let long = vec![0u8; MEMO_MAX_INPUT];
+        let big = q("n", None, &long, None);
+        memo.put(&big, digests);
+        assert_eq!(memo.get(&big), None);
+    }
 
     fn digest_of<T: Serialize + ?Sized>(ns: &str, scope: Option<&str>, key: &T) -> String {
         let scope = scope.map(|s| canonical(s).unwrap());

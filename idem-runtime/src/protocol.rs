@@ -37,14 +37,33 @@ pub fn decide(outcome: ClaimOutcome, fingerprint: &Digest) -> Decision {
 
 /// Decides what a call does given a live record that is not its own.
 pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
-    if record.fingerprint != *fingerprint {
+    let remaining = record.remaining();
+    decide_live(
+        &record.fingerprint,
+        record.status,
+        remaining,
+        || record.value,
+        fingerprint,
+    )
+}
+
+/// [`decide_existing`] on the parts of a live record that it reads, the stored value taken only
+/// for a replay (a store that decides in place, the memory store, copies nothing else).
+pub(crate) fn decide_live(
+    stored: &Digest,
+    status: Status,
+    remaining: Duration,
+    value: impl FnOnce() -> Option<Vec<u8>>,
+    fingerprint: &Digest,
+) -> Decision {
+    if stored != fingerprint {
         return Decision::Mismatch;
     }
-    match record.status {
+    match status {
         Status::InProgress => Decision::InProgress {
-            retry_after: retry_after(record.remaining()),
+            retry_after: retry_after(remaining),
         },
-        Status::Completed => Decision::Replay(record.value.unwrap_or_default()),
+        Status::Completed => Decision::Replay(value().unwrap_or_default()),
     }
 }
 
