@@ -192,6 +192,9 @@ impl<A: Need, B: Need> Need for Both<A, B> {
 
 /// PostgreSQL and NATS JetStream, for the outbox's end-to-end tests. Its tests take both URLs.
 pub const POSTGRES_AND_NATS: Both<Url, Url> = Both(POSTGRES, NATS);
+/// MySQL / MariaDB and NATS JetStream, for the MySQL outbox's end-to-end tests. Its tests take
+/// both URLs.
+pub const MYSQL_AND_NATS: Both<Url, Url> = Both(MYSQL, NATS);
 
 /// An `async fn` test of a group whose need gives it `G`: `async fn(String)` for a [`Url`],
 /// `async fn()` otherwise.
