@@ -2,263 +2,18 @@
 //! scenarios of outbox_postgres.rs on `Outbox<MySql>`. What a transaction enqueues is sent if
 //! and only if it commits, a retried call enqueues once, relays (which poll: MySQL has no
 //! NOTIFY) share the work and keep the order of each key, a failing publisher is retried and
-//! then dead-lettered, delivered messages are purged.
+//! then dead-lettered, delivered messages are purged. The scenarios are in outbox_common/; here
+//! is what is MySQL's.
 
-mod mysql_common;
+mod outbox_common;
 
-use idem::outbox::{Delivery, Message, Outbox, Publisher, Relay, RelayOptions};
-use idem::store::mysql::{MysqlOptions, MysqlStore};
-use idem::{idempotent, BoxError, Error, Idem};
-use mysql_common::*;
+use idem::outbox::{Message, Outbox};
+use idem::store::mysql::MysqlOptions;
+use idem::{idempotent, Error, Idem};
+use outbox_common::{Backend, Setup, Sql};
 use sqlx::{MySql, MySqlPool, Transaction};
-use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-/// What a publisher was handed: (relay name, delivery).
-#[derive(Clone, Default)]
-struct Recorder {
-    name: &'static str,
-    seen: Arc<Mutex<Vec<(&'static str, Delivery)>>>,
-    /// Fail the first this-many publishes.
-    fail_first: Arc<AtomicUsize>,
-}
-
-impl Publisher for Recorder {
-    fn publish<'a>(
-        &'a self,
-        message: &'a Delivery,
-    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
-        Box::pin(async move {
-            let failing = self
-                .fail_first
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
-            if failing {
-                return Err("the broker said no".into());
-            }
-            self.seen.lock().unwrap().push((self.name, message.clone()));
-            Ok(())
-        })
-    }
-}
-
-impl Recorder {
-    fn named(name: &'static str, seen: &Arc<Mutex<Vec<(&'static str, Delivery)>>>) -> Self {
-        Recorder {
-            name,
-            seen: seen.clone(),
-            fail_first: Default::default(),
-        }
-    }
-    fn ids(&self) -> Vec<String> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, d)| d.id.clone())
-            .collect()
-    }
-}
-
-struct Setup {
-    admin: MySqlPool,
-    outbox: Outbox<MySql>,
-    table: String,
-}
-
-async fn setup(url: &str) -> Setup {
-    let admin = admin(url).await;
-    let table = unique_table("obx");
-    let outbox = Outbox::mysql_with_table(admin.clone(), &table)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
-    Setup {
-        admin,
-        outbox,
-        table,
-    }
-}
-
-impl Setup {
-    async fn count(&self, status: i16) -> i64 {
-        sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) FROM `{}` WHERE status = ?",
-            self.table
-        ))
-        .bind(status)
-        .fetch_one(&self.admin)
-        .await
-        .unwrap()
-    }
-    async fn all(&self) -> i64 {
-        sqlx::query_scalar(&format!("SELECT COUNT(*) FROM `{}`", self.table))
-            .fetch_one(&self.admin)
-            .await
-            .unwrap()
-    }
-    /// Waits until `n` messages are delivered (the relays run in the background).
-    async fn until_delivered(&self, n: i64) {
-        for _ in 0..3000 {
-            if self.count(1).await >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("{n} messages were not delivered within 30 s");
-    }
-    async fn cleanup(self) {
-        drop_table(&self.admin, &self.table).await;
-    }
-}
-
-/// A rolled-back transaction sends nothing; a committed one is delivered with its payload,
-/// topic, ordering key and headers.
-async fn only_committed_messages_are_sent(url: String) {
-    let s = setup(&url).await;
-    let publisher = Recorder::default();
-    let options = RelayOptions::default();
-
-    let mut tx = s.admin.begin().await.unwrap();
-    s.outbox
-        .enqueue(
-            &mut tx,
-            Message::new("orders.placed", b"rolled back".to_vec()),
-        )
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
-    assert_eq!(
-        Relay::deliver_once(&s.outbox, &publisher, &options)
-            .await
-            .unwrap(),
-        0
-    );
-    assert!(publisher.ids().is_empty());
-
-    let mut tx = s.admin.begin().await.unwrap();
-    let enqueued = s
-        .outbox
-        .enqueue(
-            &mut tx,
-            Message::json("orders.placed", &serde_json::json!({"order": 42}))
-                .unwrap()
-                .ordering_key("order-42")
-                .header("trace", "t-1"),
-        )
-        .await
-        .unwrap();
-    assert!(enqueued.new);
-    // Not committed yet: invisible to the relay.
-    assert_eq!(
-        Relay::deliver_once(&s.outbox, &publisher, &options)
-            .await
-            .unwrap(),
-        0
-    );
-    tx.commit().await.unwrap();
-    assert_eq!(
-        Relay::deliver_once(&s.outbox, &publisher, &options)
-            .await
-            .unwrap(),
-        1
-    );
-    let seen = publisher.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1);
-    let d = &seen[0].1;
-    assert_eq!(d.id, enqueued.id);
-    assert_eq!(d.topic, "orders.placed");
-    assert_eq!(d.ordering_key, "order-42");
-    assert_eq!(d.payload, br#"{"order":42}"#);
-    assert_eq!(d.headers["trace"], "t-1");
-    assert_eq!(d.headers["content-type"], "application/json");
-    assert_eq!(d.attempt, 1);
-    // Delivered: not sent again.
-    assert_eq!(
-        Relay::deliver_once(&s.outbox, &publisher, &options)
-            .await
-            .unwrap(),
-        0
-    );
-    s.cleanup().await;
-}
-
-/// A connection outside a transaction is refused: the message would commit on its own.
-async fn enqueue_outside_a_transaction_is_refused(url: String) {
-    let s = setup(&url).await;
-    let mut conn = s.admin.acquire().await.unwrap();
-    let err = s
-        .outbox
-        .enqueue(&mut conn, Message::new("t", Vec::new()))
-        .await
-        .unwrap_err();
-    assert!(err.is_config(), "{err:?}");
-    assert_eq!(s.all().await, 0);
-    assert!(Outbox::mysql_with_table(s.admin.clone(), "bad;name")
-        .unwrap_err()
-        .is_config());
-    // MySQL's columns: an id or ordering key over 255 characters is refused before the
-    // statement, never truncated.
-    let mut tx = s.admin.begin().await.unwrap();
-    let long = "k".repeat(256);
-    for m in [
-        Message::new("t", Vec::new()).ordering_key(long.clone()),
-        Message::new("t", Vec::new()).id(long.clone()),
-    ] {
-        let err = s.outbox.enqueue(&mut tx, m).await.unwrap_err();
-        assert!(err.is_config(), "{err:?}");
-    }
-    tx.rollback().await.unwrap();
-    assert_eq!(s.all().await, 0);
-    // The schema: version 1, and the SQL a DBA would run.
-    assert_eq!(s.outbox.schema_version().await.unwrap(), 1);
-    let sql = Outbox::mysql_migrations(&s.table).unwrap();
-    assert_eq!(sql.len(), 1);
-    assert!(sql[0].sql.contains("ENGINE=InnoDB"), "{}", sql[0].sql);
-    // Migrating again is a no-op.
-    let again = s.outbox.clone().migrate().await.unwrap();
-    assert_eq!(again.schema_version().await.unwrap(), 1);
-    s.cleanup().await;
-}
-
-static ATTEMPTS: AtomicUsize = AtomicUsize::new(0);
-
-/// An ordinary idempotent call whose body commits its own transaction with two messages and
-/// then fails: the retry runs the body again and enqueues the same two ids, so nothing twice.
-#[idempotent(key = order, store = idem, skip(outbox))]
-async fn place_and_fail_once(
-    order: &str,
-    idem: &Idem,
-    outbox: &Outbox<MySql>,
-) -> Result<Vec<bool>, Error> {
-    let db = |e| Error::store("mysql", "body", e);
-    let mut tx = outbox.pool().begin().await.map_err(db)?;
-    let a = outbox
-        .enqueue(
-            &mut tx,
-            Message::new("orders.placed", order.as_bytes().to_vec()),
-        )
-        .await?;
-    let b = outbox
-        .enqueue(
-            &mut tx,
-            Message::new("orders.audit", order.as_bytes().to_vec()),
-        )
-        .await?;
-    tx.commit().await.map_err(db)?;
-    if ATTEMPTS.fetch_add(1, Ordering::SeqCst) == 0 {
-        // The crash window: the messages are committed, the call is not finished.
-        return Err(Error::Config("crashed after the commit".into()));
-    }
-    Ok(vec![a.new, b.new])
-}
-
-/// The transactional mode: the messages commit with the idempotency record.
 #[idempotent(transaction = tx, key = order, store = idem, skip(outbox))]
 async fn place_in_tx(
     order: &str,
@@ -266,354 +21,68 @@ async fn place_in_tx(
     outbox: &Outbox<MySql>,
     tx: &mut Transaction<'_, MySql>,
 ) -> Result<String, Error> {
-    let m = outbox
-        .enqueue(
-            &mut *tx,
-            Message::new("orders.placed", order.as_bytes().to_vec()).name("placed"),
-        )
-        .await?;
-    Ok(m.id)
+    outbox_common::place_in_tx(order, outbox, tx).await
 }
 
-async fn a_retried_call_enqueues_once(url: String) {
-    let s = setup(&url).await;
-    let records = unique_table("obxrec");
-    let store: MysqlStore = MysqlOptions::from_url(&url)
-        .unwrap()
-        .table(&records)
-        .connect()
-        .await
-        .unwrap();
-    let idem = Idem::from_store(store.clone());
+struct Mysql;
 
-    let first = place_and_fail_once("o-1", &idem, &s.outbox).await;
-    assert!(first.is_err());
-    assert_eq!(s.all().await, 2);
-    let again = place_and_fail_once("o-1", &idem, &s.outbox).await.unwrap();
-    assert_eq!(
-        again,
-        vec![false, false],
-        "the retry's messages were already there"
-    );
-    assert_eq!(s.all().await, 2, "a retried call enqueues once");
-    // Another logical call: other ids.
-    place_and_fail_once("o-2", &idem, &s.outbox).await.unwrap();
-    assert_eq!(s.all().await, 4);
+impl Backend for Mysql {
+    type Db = MySql;
+    const SQL: Sql = Sql::Mysql;
+    const PREFIX: &'static str = "my_";
+    /// A `TEXT` column, which sqlx's `Any` driver reads as bytes whatever its character set: as
+    /// a `VARCHAR` of the longest error kept (8000 bytes), a string.
+    const LAST_ERROR: &'static str = "CAST(last_error AS CHAR(8000))";
 
-    // The transactional mode: a rolled-back attempt leaves nothing, the committed one a
-    // message whose id does not depend on the attempt; the replay enqueues nothing.
-    let mut tx = store.pool().begin().await.unwrap();
-    let rolled = place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap();
-    tx.rollback().await.unwrap();
-    assert_eq!(s.all().await, 4);
-    let mut tx = store.pool().begin().await.unwrap();
-    let id = place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!(
-        id, rolled,
-        "the id is the logical call's, not the attempt's"
-    );
-    let mut tx = store.pool().begin().await.unwrap();
-    assert_eq!(
-        place_in_tx("o-3", &idem, &s.outbox, &mut tx).await.unwrap(),
-        id
-    );
-    tx.commit().await.unwrap();
-    assert_eq!(s.all().await, 5);
-
-    drop_table(&s.admin, &records).await;
-    s.cleanup().await;
-}
-
-/// Two relays on one outbox: every message published exactly once (nothing crashed), and
-/// the messages of each key in the order they were enqueued.
-async fn two_relays_share_the_work_in_order(url: String) {
-    let s = setup(&url).await;
-    const KEYS: usize = 8;
-    const PER_KEY: usize = 25;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let options = RelayOptions::default().batch(4);
-    let a = Relay::start(&s.outbox, Recorder::named("a", &seen), options.clone());
-    let b = Relay::start(&s.outbox, Recorder::named("b", &seen), options);
-
-    // Producers in parallel, one per key, each message its own transaction.
-    let mut producers = Vec::new();
-    for k in 0..KEYS {
-        let outbox = s.outbox.clone();
-        producers.push(tokio::spawn(async move {
-            for i in 0..PER_KEY {
-                let mut tx = outbox.pool().begin().await.unwrap();
-                outbox
-                    .enqueue(
-                        &mut tx,
-                        Message::new("t", format!("{i}").into_bytes())
-                            .ordering_key(format!("key-{k}"))
-                            .id(format!("m-{k}-{i}")),
-                    )
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-            }
-        }));
+    fn outbox(pool: MySqlPool, table: &str) -> Result<Outbox<MySql>, Error> {
+        Outbox::mysql_with_table(pool, table)
     }
-    for p in producers {
-        p.await.unwrap();
-    }
-    let total = (KEYS * PER_KEY) as i64;
-    s.until_delivered(total).await;
-    let (sa, sb) = (a.stats(), b.stats());
-    a.stop().await;
-    b.stop().await;
 
-    let seen = seen.lock().unwrap().clone();
-    let mut times: HashMap<String, usize> = HashMap::new();
-    let mut last: HashMap<String, i64> = HashMap::new();
-    for (_, d) in &seen {
-        *times.entry(d.id.clone()).or_default() += 1;
-        let i: i64 = String::from_utf8(d.payload.clone())
+    async fn store(url: &str, table: &str) -> (Idem, MySqlPool) {
+        let store = MysqlOptions::from_url(url)
             .unwrap()
-            .parse()
+            .table(table)
+            .connect()
+            .await
             .unwrap();
-        let prev = last.insert(d.ordering_key.clone(), i).unwrap_or(-1);
-        assert_eq!(
-            i,
-            prev + 1,
-            "key {} out of order: {prev} then {i}",
-            d.ordering_key
-        );
+        (Idem::from_store(store.clone()), store.pool().clone())
     }
-    assert_eq!(times.len(), KEYS * PER_KEY);
-    assert!(
-        times.values().all(|n| *n == 1),
-        "a message was published twice"
-    );
-    assert_eq!(sa.delivered + sb.delivered, total as u64, "{sa:?} {sb:?}");
-    println!(
-        "relay a delivered {}, relay b {}",
-        sa.delivered, sb.delivered
-    );
-    s.cleanup().await;
-}
 
-/// A publisher that fails is retried with back-off; after `max_attempts` the message is dead
-/// and the next message of its key goes out.
-async fn a_failing_publisher_is_retried_then_dead_lettered(url: String) {
-    let s = setup(&url).await;
-    let options = RelayOptions::default()
-        .max_attempts(3)
-        .backoff(Duration::from_millis(1), Duration::from_millis(1));
-    let publisher = Recorder::default();
-    publisher.fail_first.store(2, Ordering::SeqCst);
+    fn place_in_tx<'a>(
+        order: &'a str,
+        idem: &'a Idem,
+        outbox: &'a Outbox<MySql>,
+        tx: &'a mut Transaction<'static, MySql>,
+    ) -> impl Future<Output = Result<String, Error>> + 'a {
+        place_in_tx(order, idem, outbox, tx)
+    }
 
-    let enqueue = |ids: &'static [&'static str]| {
-        let (pool, outbox) = (s.admin.clone(), s.outbox.clone());
-        async move {
-            let mut tx = pool.begin().await.unwrap();
-            for id in ids {
-                outbox
-                    .enqueue(
-                        &mut tx,
-                        Message::new("t", Vec::new()).ordering_key("k").id(*id),
-                    )
-                    .await
-                    .unwrap();
-            }
-            tx.commit().await.unwrap();
+    async fn refusals_of_this_database(s: &Setup<Self>) {
+        // MySQL's columns: an id or ordering key over 255 characters is refused before the
+        // statement, never truncated.
+        let mut tx = s.admin.begin().await.unwrap();
+        let long = "k".repeat(256);
+        for m in [
+            Message::new("t", Vec::new()).ordering_key(long.clone()),
+            Message::new("t", Vec::new()).id(long.clone()),
+        ] {
+            let err = s.outbox.enqueue(&mut tx, m).await.unwrap_err();
+            assert!(err.is_config(), "{err:?}");
         }
-    };
-    enqueue(&["recovers"]).await;
-
-    // Two failures, then "recovers" goes out on its third attempt.
-    while s.count(1).await == 0 {
-        Relay::deliver_once(&s.outbox, &publisher, &options)
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let seen = publisher.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].1.id, "recovers");
-    assert_eq!(seen[0].1.attempt, 3);
-
-    // "dies" fails every time: dead after 3 attempts, with the last error kept; meanwhile
-    // the next message of its key waits.
-    enqueue(&["dies", "after-the-dead"]).await;
-    let always = Recorder::default();
-    always.fail_first.store(usize::MAX, Ordering::SeqCst);
-    while s.count(2).await == 0 {
-        Relay::deliver_once(&s.outbox, &always, &options)
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let (attempts, error): (i32, String) = sqlx::query_as(&format!(
-        "SELECT attempts, CONVERT(last_error USING utf8mb4) FROM `{}` \
-         WHERE id = 'dies' AND status = 2",
-        s.table
-    ))
-    .fetch_one(&s.admin)
-    .await
-    .unwrap();
-    assert_eq!(attempts, 3);
-    assert_eq!(error, "the broker said no");
-
-    // The dead letter no longer holds its key back.
-    let ok = Recorder::default();
-    while s.count(1).await < 2 {
-        Relay::deliver_once(&s.outbox, &ok, &options).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(ok.ids(), vec!["after-the-dead".to_string()]);
-    assert_eq!(s.count(2).await, 1, "the dead letter is kept");
-    let stats = s.outbox.stats().await.unwrap();
-    assert_eq!((stats.pending, stats.delivered, stats.dead), (0, 2, 1));
-    assert_eq!(stats.oldest_pending, None);
-
-    // An operator re-queues the dead letter: delivered on the next round.
-    assert_eq!(s.outbox.retry_dead(Some("dies")).await.unwrap(), 1);
-    assert_eq!(s.outbox.stats().await.unwrap().pending, 1);
-    assert!(s.outbox.stats().await.unwrap().oldest_pending.is_some());
-    Relay::deliver_once(&s.outbox, &ok, &options).await.unwrap();
-    assert_eq!(
-        ok.ids(),
-        vec!["after-the-dead".to_string(), "dies".to_string()]
-    );
-    assert_eq!(s.outbox.retry_dead(None).await.unwrap(), 0);
-    s.cleanup().await;
-}
-
-/// Delivered messages are purged after the retention; dead letters stay.
-async fn delivered_messages_are_purged(url: String) {
-    let s = setup(&url).await;
-    let mut tx = s.admin.begin().await.unwrap();
-    for i in 0..5 {
-        s.outbox
-            .enqueue(&mut tx, Message::new("t", Vec::new()).id(format!("p-{i}")))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
-    let relay = Relay::start(
-        &s.outbox,
-        Recorder::default(),
-        RelayOptions::default()
-            .retention(Duration::ZERO, Duration::from_millis(20))
-            .poll(Duration::from_millis(20)),
-    );
-    while relay.stats().purged < 5 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    relay.stop().await;
-    assert_eq!(s.all().await, 0);
-    s.cleanup().await;
-}
-
-/// What the relays published, in order: (relay, ordering key, payload).
-type Published = Arc<Mutex<Vec<(&'static str, String, i64)>>>;
-
-/// Fails one publish in three (a fixed pattern), records the others: (relay, key, payload).
-struct Flaky {
-    name: &'static str,
-    calls: Arc<AtomicUsize>,
-    seen: Published,
-}
-
-impl Publisher for Flaky {
-    fn publish<'a>(
-        &'a self,
-        message: &'a Delivery,
-    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
-        Box::pin(async move {
-            if self.calls.fetch_add(1, Ordering::SeqCst) % 3 == 1 {
-                return Err("the broker is busy".into());
-            }
-            let i = String::from_utf8(message.payload.clone())
-                .unwrap()
-                .parse()
-                .unwrap();
-            // Some time in the publisher, so that the relays' rounds overlap.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            self.seen
-                .lock()
-                .unwrap()
-                .push((self.name, message.ordering_key.clone(), i));
-            Ok(())
-        })
+        tx.rollback().await.unwrap();
+        assert_eq!(s.all().await, 0);
+        // The schema: version 1, and the SQL a DBA would run.
+        assert_eq!(s.outbox.schema_version().await.unwrap(), 1);
+        let sql = Outbox::mysql_migrations(&s.table).unwrap();
+        assert_eq!(sql.len(), 1);
+        assert!(sql[0].sql.contains("ENGINE=InnoDB"), "{}", sql[0].sql);
+        // Migrating again is a no-op.
+        let again = s.outbox.clone().migrate().await.unwrap();
+        assert_eq!(again.schema_version().await.unwrap(), 1);
     }
 }
 
-/// Three relays and a publisher that fails one attempt in three (each failure backs the key's
-/// head off): every key's messages still reach the publisher in insertion order, each once —
-/// a failed head holds its key back, the other relays do not skip past it.
-async fn three_relays_with_failures_keep_each_keys_order(url: String) {
-    let s = setup(&url).await;
-    const KEYS: usize = 6;
-    const PER_KEY: usize = 20;
-    // Inserted first, interleaved across keys, each in its own transaction; the relays start
-    // on a full table, so each round sees many keys at once.
-    for i in 0..PER_KEY {
-        for k in 0..KEYS {
-            let mut tx = s.outbox.pool().begin().await.unwrap();
-            s.outbox
-                .enqueue(
-                    &mut tx,
-                    Message::new("t", i.to_string().into_bytes())
-                        .ordering_key(format!("key-{k}"))
-                        .id(format!("m-{k}-{i}")),
-                )
-                .await
-                .unwrap();
-            tx.commit().await.unwrap();
-        }
-    }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let options = RelayOptions::default()
-        .batch(2)
-        .max_attempts(50)
-        .backoff(Duration::from_millis(2), Duration::from_millis(20));
-    let relays: Vec<Relay> = ["a", "b", "c"]
-        .into_iter()
-        .map(|name| {
-            let p = Flaky {
-                name,
-                calls: calls.clone(),
-                seen: seen.clone(),
-            };
-            Relay::start(&s.outbox, p, options.clone())
-        })
-        .collect();
-    let total = (KEYS * PER_KEY) as i64;
-    s.until_delivered(total).await;
-    let mut by_relay = Vec::new();
-    for r in relays {
-        by_relay.push(r.stats());
-        r.stop().await;
-    }
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), KEYS * PER_KEY, "each message published once");
-    let mut next: HashMap<String, i64> = HashMap::new();
-    let mut relays_used = std::collections::HashSet::new();
-    for (relay, key, i) in &seen {
-        relays_used.insert(*relay);
-        let want = next.entry(key.clone()).or_insert(0);
-        assert_eq!(
-            *i, *want,
-            "{key}: message {i} published when {want} was due"
-        );
-        *want += 1;
-    }
-    let failed: u64 = by_relay.iter().map(|r| r.failed).sum();
-    assert!(failed >= total as u64 / 3, "failures injected: {failed}");
-    assert_eq!(s.count(2).await, 0, "no dead letter");
-    println!(
-        "{} publishes, {failed} failed and retried; delivered per relay: {:?}; relays used: {}",
-        calls.load(Ordering::SeqCst),
-        by_relay.iter().map(|r| r.delivered).collect::<Vec<_>>(),
-        relays_used.len()
-    );
-    s.cleanup().await;
-}
+outbox_common::scenarios!(Mysql);
 
 idem_integration::server_tests! {
     MYSQL => [
@@ -624,5 +93,6 @@ idem_integration::server_tests! {
         three_relays_with_failures_keep_each_keys_order,
         a_failing_publisher_is_retried_then_dead_lettered,
         delivered_messages_are_purged,
+        a_relay_does_not_spin_on_a_message_another_relay_holds,
     ],
 }
