@@ -5,30 +5,12 @@
 //! test works in an outbox table of its own and drops it.
 
 mod common;
+mod outbox_common;
 
 use common::{idem, unique, Cli};
-use idem::outbox::{Delivery, Message, Outbox, Publisher, Relay, RelayOptions};
-use idem::postgres::sqlx::{self, MySql, MySqlPool};
-use idem::BoxError;
-use std::future::Future;
-use std::pin::Pin;
-
-/// Accepts every message but those of topic `refused`.
-struct RefusesSome;
-
-impl Publisher for RefusesSome {
-    fn publish<'a>(
-        &'a self,
-        message: &'a Delivery,
-    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
-        Box::pin(async move {
-            if message.topic == "refused" {
-                return Err("HTTP 503 from the consumer".into());
-            }
-            Ok(())
-        })
-    }
-}
+use idem::outbox::{Outbox, Relay, RelayOptions};
+use idem::postgres::sqlx::{self, MySqlPool};
+use outbox_common::{enqueue, RefusesSome};
 
 async fn drop_tables(admin: &MySqlPool, t: &str) {
     for t in [t.to_string(), format!("{t}_migrations")] {
@@ -37,19 +19,6 @@ async fn drop_tables(admin: &MySqlPool, t: &str) {
             .await
             .unwrap();
     }
-}
-
-async fn enqueue(outbox: &Outbox<MySql>, pool: &MySqlPool, id: &str, topic: &str, key: &str) {
-    let mut tx = pool.begin().await.unwrap();
-    let e = outbox
-        .enqueue(
-            &mut tx,
-            Message::new(topic, b"{}".to_vec()).ordering_key(key).id(id),
-        )
-        .await
-        .unwrap();
-    assert!(e.new);
-    tx.commit().await.unwrap();
 }
 
 async fn an_operator_lists_and_counts_mysql_outbox_messages(url: String) {
