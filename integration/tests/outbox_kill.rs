@@ -10,10 +10,10 @@
 mod outbox_kill_common;
 
 use idem::outbox::Outbox;
-use idem::store::postgres::PostgresOptions;
 use idem::{idempotent, Error, Idem};
+use outbox_kill_common::outbox_db::Pg;
 use outbox_kill_common::{insert_id, placed, Backend, Sql};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 use std::future::Future;
 
 /// The producer's business transaction: the order row and its message commit together.
@@ -33,28 +33,10 @@ async fn checkout(
     Ok(outbox.enqueue(tx, placed(order)?).await?.id)
 }
 
-struct Pg;
-
 impl Backend for Pg {
-    type Db = Postgres;
-    const SQL: Sql = Sql::Postgres;
     const PREFIX: &'static str = "obxk";
     const ORDERS: usize = 1500;
     const ROUNDS: u64 = 25;
-
-    async fn store(url: &str, table: &str) -> (Idem, PgPool) {
-        let store = PostgresOptions::from_url(url)
-            .unwrap()
-            .table(table)
-            .connect()
-            .await
-            .unwrap();
-        (Idem::from_store(store.clone()), store.pool().clone())
-    }
-
-    fn outbox(pool: PgPool, table: &str) -> Outbox {
-        Outbox::with_table(pool, table).unwrap()
-    }
 
     fn checkout<'a>(
         order: i64,

@@ -6,10 +6,10 @@
 mod outbox_kill_common;
 
 use idem::outbox::Outbox;
-use idem::store::mysql::MysqlOptions;
 use idem::{idempotent, Error, Idem};
+use outbox_kill_common::outbox_db::Mysql;
 use outbox_kill_common::{insert_id, placed, Backend, Sql};
-use sqlx::{MySql, MySqlPool, Transaction};
+use sqlx::{MySql, Transaction};
 use std::future::Future;
 
 /// The producer's business transaction: the order row and its message commit together.
@@ -29,29 +29,11 @@ async fn checkout(
     Ok(outbox.enqueue(tx, placed(order)?).await?.id)
 }
 
-struct Mysql;
-
 impl Backend for Mysql {
-    type Db = MySql;
-    const SQL: Sql = Sql::Mysql;
     // Table names stay under the MySQL store's limit of 48 bytes.
     const PREFIX: &'static str = "my_obxk";
     const ORDERS: usize = 1500;
     const ROUNDS: u64 = 25;
-
-    async fn store(url: &str, table: &str) -> (Idem, MySqlPool) {
-        let store = MysqlOptions::from_url(url)
-            .unwrap()
-            .table(table)
-            .connect()
-            .await
-            .unwrap();
-        (Idem::from_store(store.clone()), store.pool().clone())
-    }
-
-    fn outbox(pool: MySqlPool, table: &str) -> Outbox<MySql> {
-        Outbox::mysql_with_table(pool, table).unwrap()
-    }
 
     fn checkout<'a>(
         order: i64,

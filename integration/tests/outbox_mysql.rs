@@ -8,10 +8,10 @@
 mod outbox_common;
 
 use idem::outbox::{Message, Outbox};
-use idem::store::mysql::MysqlOptions;
 use idem::{idempotent, Error, Idem};
-use outbox_common::{Backend, Setup, Sql};
-use sqlx::{MySql, MySqlPool, Transaction};
+use outbox_common::outbox_db::Mysql;
+use outbox_common::{Backend, Setup};
+use sqlx::{MySql, Transaction};
 use std::future::Future;
 
 #[idempotent(transaction = tx, key = order, store = idem, skip(outbox))]
@@ -24,29 +24,11 @@ async fn place_in_tx(
     outbox_common::place_in_tx(order, outbox, tx).await
 }
 
-struct Mysql;
-
 impl Backend for Mysql {
-    type Db = MySql;
-    const SQL: Sql = Sql::Mysql;
     const PREFIX: &'static str = "my_";
     /// A `TEXT` column, which sqlx's `Any` driver reads as bytes whatever its character set: as
     /// a `VARCHAR` of the longest error kept (8000 bytes), a string.
     const LAST_ERROR: &'static str = "CAST(last_error AS CHAR(8000))";
-
-    fn outbox(pool: MySqlPool, table: &str) -> Result<Outbox<MySql>, Error> {
-        Outbox::mysql_with_table(pool, table)
-    }
-
-    async fn store(url: &str, table: &str) -> (Idem, MySqlPool) {
-        let store = MysqlOptions::from_url(url)
-            .unwrap()
-            .table(table)
-            .connect()
-            .await
-            .unwrap();
-        (Idem::from_store(store.clone()), store.pool().clone())
-    }
 
     fn place_in_tx<'a>(
         order: &'a str,

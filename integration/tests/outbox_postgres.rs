@@ -6,10 +6,10 @@
 mod outbox_common;
 
 use idem::outbox::Outbox;
-use idem::store::postgres::PostgresOptions;
 use idem::{idempotent, Error, Idem};
-use outbox_common::{Backend, Setup, Sql};
-use sqlx::{PgPool, Postgres, Transaction};
+use outbox_common::outbox_db::Pg;
+use outbox_common::{Backend, Setup};
+use sqlx::{Postgres, Transaction};
 use std::future::Future;
 
 #[idempotent(transaction = tx, key = order, store = idem, skip(outbox))]
@@ -22,27 +22,9 @@ async fn place_in_tx(
     outbox_common::place_in_tx(order, outbox, tx).await
 }
 
-struct Pg;
-
 impl Backend for Pg {
-    type Db = Postgres;
-    const SQL: Sql = Sql::Postgres;
     const PREFIX: &'static str = "";
     const LAST_ERROR: &'static str = "last_error";
-
-    fn outbox(pool: PgPool, table: &str) -> Result<Outbox, Error> {
-        Outbox::with_table(pool, table)
-    }
-
-    async fn store(url: &str, table: &str) -> (Idem, PgPool) {
-        let store = PostgresOptions::from_url(url)
-            .unwrap()
-            .table(table)
-            .connect()
-            .await
-            .unwrap();
-        (Idem::from_store(store.clone()), store.pool().clone())
-    }
 
     fn place_in_tx<'a>(
         order: &'a str,

@@ -10,8 +10,8 @@
 //! makes a binary's test functions of them.
 #![allow(dead_code)]
 
-#[path = "../sql_common/mod.rs"]
-mod sql_common;
+#[path = "../outbox_db/mod.rs"]
+pub mod outbox_db;
 
 use idem::outbox::{Delivery, Message, Outbox, OutboxDatabase, Publisher, Relay, RelayOptions};
 use idem::{idempotent, BoxError, Error, Idem};
@@ -24,27 +24,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use sql_common::Sql;
+use outbox_db::sql_common;
+pub use outbox_db::{OutboxDb, Sql};
 use sql_common::{any_admin, drop_tables};
 
 /// What differs between the databases.
-pub trait Backend: Sized + 'static {
-    /// The outbox's database.
-    type Db: OutboxDatabase;
-
-    /// The dialect of the test's own statements on the outbox's table.
-    const SQL: Sql;
+pub trait Backend: OutboxDb {
     /// The first part of every table name (MySQL's stay under idem's limit of 48 bytes).
     const PREFIX: &'static str;
     /// How the test reads the `last_error` column.
     const LAST_ERROR: &'static str;
-
-    /// The outbox in `table` of `pool`'s database (`Error::Config` for a bad table name).
-    fn outbox(pool: Pool<Self::Db>, table: &str) -> Result<Outbox<Self::Db>, Error>;
-
-    /// The idempotency store in `table` of `url`'s database (its schema created): the `Idem`
-    /// over it and its pool.
-    fn store(url: &str, table: &str) -> impl Future<Output = (Idem, Pool<Self::Db>)>;
 
     /// `#[idempotent(transaction = tx, key = order, store = idem, skip(outbox))]` over
     /// [`place_in_tx`].

@@ -13,13 +13,13 @@
 //! driver with the [`Sql`] dialect's quoting and parameters.
 #![allow(dead_code)]
 
-#[path = "../sql_common/mod.rs"]
-mod sql_common;
+#[path = "../outbox_db/mod.rs"]
+pub mod outbox_db;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt;
 use idem::outbox::nats::NatsPublisher;
-use idem::outbox::{Delivery, Message, Outbox, OutboxDatabase, Publisher, Relay, RelayOptions};
+use idem::outbox::{Delivery, Message, Outbox, Publisher, Relay, RelayOptions};
 use idem::{idempotent, BoxError, Error, Idem};
 use sqlx::pool::PoolOptions;
 use sqlx::{AnyPool, Pool, Transaction};
@@ -29,31 +29,21 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use sql_common::Sql;
+use outbox_db::sql_common;
+pub use outbox_db::{OutboxDb, Sql};
 use sql_common::{any_admin, drop_tables, unique_table, Rng};
 
 /// The variable a worker process finds its [`Job`] in.
 const WORKER: &str = "IDEM_OUTBOX_KILL_WORKER";
 
 /// What differs between the databases.
-pub trait Backend: 'static {
-    /// The outbox's database.
-    type Db: OutboxDatabase;
-    /// The dialect of the test's own statements.
-    const SQL: Sql;
+pub trait Backend: OutboxDb {
     /// The first part of every table name of a run.
     const PREFIX: &'static str;
     /// How many orders.
     const ORDERS: usize;
     /// How many rounds of kills.
     const ROUNDS: u64;
-
-    /// The idempotency store in `table` of `url`'s database (its schema created): the `Idem`
-    /// over it and its pool.
-    fn store(url: &str, table: &str) -> impl Future<Output = (Idem, Pool<Self::Db>)>;
-
-    /// The outbox in `table` of `pool`'s database.
-    fn outbox(pool: Pool<Self::Db>, table: &str) -> Outbox<Self::Db>;
 
     /// The producer's business transaction, on `tx`: the order row in `orders` and its
     /// `order.placed` message (built by [`placed`]) commit together; the message's id.
@@ -123,7 +113,7 @@ async fn pool<B: Backend>(url: &str) -> Pool<B::Db> {
 /// Every order once, in this process's own random order; replays for the ones done.
 async fn produce<B: Backend>(url: &str, job: &Job) {
     let (idem, pool) = B::store(url, &job.records).await;
-    let outbox = B::outbox(pool.clone(), &job.outbox);
+    let outbox = B::outbox(pool.clone(), &job.outbox).unwrap();
     for order in Rng::new().shuffled(B::ORDERS) {
         // A conflict with another producer's transaction: try again until it is placed.
         loop {
@@ -173,7 +163,7 @@ fn relay_of<B: Backend>(
     job: &Job,
     js: jetstream::Context,
 ) -> Relay {
-    let outbox = B::outbox(pool, &job.outbox);
+    let outbox = B::outbox(pool, &job.outbox).unwrap();
     Relay::start(
         &outbox,
         Counting {
@@ -264,6 +254,7 @@ pub async fn run<B: Backend>(test: &str, url: String, nats: String) {
     }
     let outbox_pool = pool::<B>(&url).await;
     B::outbox(outbox_pool.clone(), &job.outbox)
+        .unwrap()
         .migrate()
         .await
         .unwrap();
