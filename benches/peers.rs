@@ -6,14 +6,24 @@
 //! - `cached` 4 (`#[cached]` on an async fn): memoisation, no claim, so replay only.
 //!
 //! Groups `peers/fresh` and `peers/replay`; variant `idem` is `#[idempotent]` on `Idem::memory()`.
-//! `cargo bench -p idem-benches --bench peers`.
+//! Then, outside criterion, the replay of `idem` against `cached` as paired ratios
+//! (support/paired.rs) at c = 1 and c = 16, written as the note `paired-peers-replay.md`: the
+//! figure issue 24 asks to be within 2×; beside them the floor of any replay from stored bytes,
+//! a map lookup and the decode of the stored JSON (`lookup + decode`). `cargo bench -p idem-benches --bench peers`.
+
+#[path = "support/drive.rs"]
+mod drive;
+#[path = "support/notes.rs"]
+mod notes;
+#[path = "support/paired.rs"]
+mod paired;
 
 #[path = "support/agent_effects.rs"]
 mod agent_effects_peer;
 
 use agent_effects_peer::{with_agent_effects, Receipt};
 use cached::proc_macro::cached;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use idem::{idempotent, Idem};
 use idempotent::entry::ExistingEntry;
 use idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
@@ -21,6 +31,7 @@ use idempotent::store::{IdempotencyStore, InsertResult};
 use idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey, Metadata};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(86_400);
@@ -122,5 +133,73 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// The floor of any replay from stored bytes, for the paired replays: `cached`'s lookup (a map
+/// behind a lock) plus the decode of the stored JSON into the caller's type, with nothing else
+/// (no key encoding, no digest, no claim, no fingerprint check, no expiry).
+fn with_stored(order: u64) -> Receipt {
+    static STORED: OnceLock<std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>> =
+        OnceLock::new();
+    let stored = STORED.get_or_init(|| {
+        let receipt = Receipt {
+            id: REPLAYED,
+            amount: 100,
+        };
+        let bytes = serde_json::to_vec(&receipt).unwrap();
+        std::sync::Mutex::new([(REPLAYED, bytes)].into())
+    });
+    let map = stored.lock().unwrap();
+    serde_json::from_slice(&map[&order]).unwrap()
+}
+
+/// The handle the paired replays share: `'static`, so that a call borrows it as
+/// `criterion`'s loop does, with no clone on the idem side only.
+static PAIRED_IDEM: OnceLock<Idem> = OnceLock::new();
+
+/// The replay of one key, idem against `cached` and against the floor of a replay from stored
+/// bytes ([`with_stored`]), in alternation (support/paired.rs): no call boxed, all driven by
+/// the same tasks (support/drive.rs).
+fn paired_replays() {
+    let rt = drive::runtime();
+    let idem = PAIRED_IDEM.get_or_init(Idem::memory);
+    rt.block_on(async {
+        with_idem(REPLAYED, 100, idem).await.unwrap();
+        with_cached(REPLAYED).await;
+    });
+    let rows: Vec<_> = [1u64, 16]
+        .into_iter()
+        .map(|conc| {
+            let names = ["idem", "cached", "lookup + decode"];
+            let p = paired::paired_by(conc, &names, |v, calls| match v {
+                0 => rt.block_on(drive::drive(conc, calls, |_| async {
+                    let idem = PAIRED_IDEM.get().expect("set above");
+                    black_box(with_idem(REPLAYED, 100, idem).await.unwrap());
+                })),
+                1 => rt.block_on(drive::drive(conc, calls, |_| async {
+                    black_box(with_cached(REPLAYED).await);
+                })),
+                _ => rt.block_on(drive::drive(conc, calls, |_| async {
+                    black_box(with_stored(REPLAYED));
+                })),
+            });
+            ("replay", conc, p)
+        })
+        .collect();
+    notes::write_note(
+        "paired-peers-replay.md",
+        &paired::table(
+            "memory store replays: idem against the memoiser cached",
+            &rows,
+        ),
+    );
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    // `cargo test --benches` runs bench binaries with `--bench` absent: nothing to measure.
+    if std::env::args().any(|a| a == "--bench") {
+        paired_replays();
+    }
+}

@@ -9,13 +9,16 @@
 //! ```
 //!
 //! Two runs of different lengths, so that the difference is the replays alone (the runtime's
-//! start and the first, fresh call cancel out).
+//! start and the first, fresh call cancel out). A second argument `cached` profiles the peer
+//! the ratio is taken against instead: the memoiser `cached` on the same function
+//! (`benches/peers.rs`), so that both sides are counted the same way.
 
+use cached::proc_macro::cached;
 use idem::{idempotent, Idem};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct Receipt {
     id: u64,
     amount: u64,
@@ -30,16 +33,36 @@ async fn with_idem(order: u64, amount: u64, idem: &Idem) -> Result<Receipt, idem
     })
 }
 
+/// The peer of `benches/peers.rs`: memoised, no claim.
+#[cached]
+async fn with_cached(order: u64) -> Receipt {
+    Receipt {
+        id: black_box(order),
+        amount: 100,
+    }
+}
+
 fn main() -> Result<(), idem::Error> {
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
+    let peer = std::env::args().nth(2).is_some_and(|a| a == "cached");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| idem::Error::config(format!("a tokio runtime: {e}")))?;
     let idem = Idem::memory();
+    if peer {
+        rt.block_on(async {
+            let mut sum = with_cached(7).await.id;
+            for _ in 0..n {
+                sum += with_cached(7).await.id;
+            }
+            black_box(sum);
+        });
+        return Ok(());
+    }
     rt.block_on(async {
         with_idem(7, 100, &idem).await?;
         let mut sum = 0;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// One variant's call: gets a distinct number per call, as in [`super::drive::drive`].
+#[allow(dead_code)] // see `paired`
 pub type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Rounds per comparison: 15 gives the interval [4th, 12th] smallest ratio, 96.5 % coverage.
@@ -33,36 +34,50 @@ pub struct Paired {
 
 /// Runs [`ROUNDS`] rounds of `variants` at concurrency `conc` (the first variant is the one
 /// compared with the others) and summarises them.
+#[allow(dead_code)] // peers.rs drives its variants itself (`paired_by`)
 pub fn paired(rt: &tokio::runtime::Runtime, conc: u64, variants: &[(&'static str, Op)]) -> Paired {
+    let names: Vec<&'static str> = variants.iter().map(|(name, _)| *name).collect();
+    paired_by(conc, &names, |v, calls| {
+        run(rt, conc, calls, &variants[v].1)
+    })
+}
+
+/// [`paired`] for variants that `run(v, calls)` drives itself (`calls` calls of variant `v`
+/// at concurrency `conc`, returning the wall time): for calls that must not be boxed behind
+/// an [`Op`], whose allocation would weigh on both sides of a ratio of fast calls.
+pub fn paired_by(
+    conc: u64,
+    names: &[&'static str],
+    mut run: impl FnMut(usize, u64) -> Duration,
+) -> Paired {
     // Calls per slice, from a short probe of each variant (after a warm-up of the same size).
-    let calls: Vec<u64> = variants
-        .iter()
-        .map(|(_, op)| {
+    let calls: Vec<u64> = (0..names.len())
+        .map(|v| {
             let probe = 50 * conc;
-            run(rt, conc, probe, op);
-            let took = run(rt, conc, probe, op);
+            run(v, probe);
+            let took = run(v, probe);
             let per_call = took.as_secs_f64() / probe as f64;
             ((SLICE.as_secs_f64() / per_call) as u64).max(conc)
         })
         .collect();
-    let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..ROUNDS {
-        for k in 0..variants.len() {
-            let v = (k + round) % variants.len();
-            let took = run(rt, conc, calls[v], &variants[v].1);
+        for k in 0..names.len() {
+            let v = (k + round) % names.len();
+            let took = run(v, calls[v]);
             per_call[v].push(took.as_secs_f64() / calls[v] as f64);
         }
     }
-    let medians = variants
+    let medians = names
         .iter()
         .zip(&per_call)
-        .map(|((name, _), t)| (*name, Duration::from_secs_f64(median(t.clone()))))
+        .map(|(name, t)| (*name, Duration::from_secs_f64(median(t.clone()))))
         .collect();
-    let ratios = variants
+    let ratios = names
         .iter()
         .zip(&per_call)
         .skip(1)
-        .map(|((name, _), other)| {
+        .map(|(name, other)| {
             let r: Vec<f64> = per_call[0].iter().zip(other).map(|(a, b)| a / b).collect();
             let (lo, hi) = interval(r.clone());
             (*name, median(r), lo, hi)
@@ -72,6 +87,7 @@ pub fn paired(rt: &tokio::runtime::Runtime, conc: u64, variants: &[(&'static str
 }
 
 /// `calls` calls of `op` over `conc` tasks; the wall time.
+#[allow(dead_code)] // see `paired`
 fn run(rt: &tokio::runtime::Runtime, conc: u64, calls: u64, op: &Op) -> Duration {
     let op = op.clone();
     rt.block_on(super::drive::drive(conc, calls, move |i| op(i)))

@@ -3,18 +3,19 @@
 use crate::codec;
 use crate::context::{self, CallContext, CURRENT};
 use crate::error::Error;
-use crate::exec::Exec;
+use crate::exec::{Decided, Exec};
 use crate::handle::Idem;
 use crate::key::{self, Digest};
 use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
-use crate::protocol::{self, Decision};
+use crate::protocol::{self, Decision, Verdict};
 use crate::store::memory::MemoryStore;
 use crate::store::{Claim, Complete, Store};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -179,7 +180,9 @@ impl Call {
         if let Some(parent) = &parent {
             self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
             self.idem = self.idem.or_else(|| Some(parent.idem.clone()));
-            self.parts.scope = self.parts.scope.or_else(|| parent.scope.clone());
+            if self.parts.scope.is_none() {
+                self.parts.scope = parent.scope.clone();
+            }
         }
         let idem = match self.idem.take() {
             Some(idem) => idem,
@@ -242,19 +245,24 @@ impl Call {
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.execute(policy, E::from, body)
+        self.execute(policy, E::from, body, std::convert::identity)
     }
 
-    /// The call, body included, goes on the heap at once (one allocation): its future is then
-    /// two words and a span whatever the body, so calls nested in bodies (steps) grow by a
-    /// constant, and moving the future (into `run`, the caller's state, a spawn) copies a
-    /// pointer instead of the whole state machine. The call runs in its `idem.call` span.
-    pub(crate) fn execute<T, E, P, Fut>(
+    /// The call: set up and claimed at its first poll, without a suspension point where the
+    /// executor allows (the memory store), so that a call that ends there (a replay, a
+    /// mismatch, an attempt in flight) allocates nothing for its future. Only a call that goes
+    /// on (to run its body, to wait, or to ask a store over the network) puts the rest of its
+    /// work on the heap, in one allocation: the call's own future holds what it was given and
+    /// a pointer, whatever the body does after. `out` maps the outcome (`run` returns the
+    /// value alone), inside this future rather than in another around it, which would be one
+    /// more copy of it. The call runs in its `idem.call` span.
+    pub(crate) fn execute<T, E, P, Fut, O>(
         self,
         policy: P,
         into_err: fn(Error) -> E,
         body: Fut,
-    ) -> impl Future<Output = Result<Outcome<T>, E>>
+        out: fn(Outcome<T>) -> O,
+    ) -> impl Future<Output = Result<O, E>>
     where
         T: Serialize + DeserializeOwned,
         P: ErrorPolicy<E>,
@@ -262,15 +270,49 @@ impl Call {
     {
         let span = observe::call_span(&self.name);
         let obs = Obs::new(span.clone(), self.name.clone());
-        InSpan::new(
-            span,
-            Box::pin(self.execute_boxed(obs, policy, into_err, body)),
-        )
+        InSpan::new(span, async move {
+            match self.first_poll(obs, policy, into_err, body) {
+                Ok(done) => done.map(out),
+                Err(rest) => rest.await.map(out),
+            }
+        })
     }
 
-    /// The default executor: every step on the handle's store, the attempt under a lease.
-    async fn execute_boxed<T, E, P, Fut>(
+    /// What a call does at its first poll: its setup and, where it can, its claim. `Ok`: the
+    /// call ended there; `Err`: the rest of it, on the heap. (A function of its own, not part
+    /// of `execute`'s future, so that nothing it holds is kept in that future's state.)
+    #[allow(clippy::type_complexity)]
+    fn first_poll<T, E, P, Fut>(
         self,
+        mut obs: Obs,
+        policy: P,
+        into_err: fn(Error) -> E,
+        body: Fut,
+    ) -> Result<Result<Outcome<T>, E>, Pin<Box<impl Future<Output = Result<Outcome<T>, E>>>>>
+    where
+        T: Serialize + DeserializeOwned,
+        P: ErrorPolicy<E>,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let call = match self.prepare() {
+            Ok(call) => call,
+            Err(e) => return Ok(Err(fail(&mut obs, e, into_err))),
+        };
+        let begun = match call.begin_now(&mut obs, &policy, into_err) {
+            Some(Begun::Done(done)) => return Ok(done),
+            begun => begun,
+        };
+        Err(Box::pin(call.go_on(begun, obs, policy, into_err, body)))
+    }
+}
+
+impl Prepared {
+    /// The call after its first poll: the claim (unless [`Prepared::begin_now`] took it), then
+    /// the body under the claim, its lease renewed meanwhile, then its result stored or the
+    /// key released.
+    async fn go_on<T, E, P, Fut>(
+        self,
+        begun: Option<Begun<T, E>>,
         mut obs: Obs,
         policy: P,
         into_err: fn(Error) -> E,
@@ -282,46 +324,16 @@ impl Call {
         Fut: Future<Output = Result<T, E>>,
     {
         let obs = &mut obs;
-        let call = match self.prepare() {
-            Ok(call) => call,
-            Err(e) => return Err(fail(obs, e, into_err)),
+        let store = self.idem.store();
+        let begun = match begun {
+            Some(begun) => begun,
+            None => self.begin(&mut self.exec(), obs, &policy, into_err).await,
         };
-        let store = call.idem.store();
-        let mut exec = match call.idem.store_as::<MemoryStore>() {
-            Some(memory) => Exec::Memory(memory),
-            None => Exec::Store(store),
-        };
-        let (token, sent) = match call.begin(&mut exec, obs, &policy, into_err).await {
+        let (token, sent) = match begun {
             Begun::Run { token, sent } => (token, sent),
             Begun::Done(done) => return done,
         };
-        // The attempt (body, renewals, completion) on the heap of its own: a replay never gets
-        // here, and this future, built and moved whole on every call, then carries two words for
-        // it instead of the attempt's state.
-        Box::pin(call.attempt(store, obs, token, sent, policy, into_err, body)).await
-    }
-}
-
-impl Prepared {
-    /// The body under the claim `token` (taken at `sent`), its lease renewed meanwhile, then
-    /// its result stored or the key released.
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt<T, E, P, Fut>(
-        &self,
-        store: &dyn Store,
-        obs: &mut Obs,
-        token: u64,
-        sent: Instant,
-        policy: P,
-        into_err: fn(Error) -> E,
-        body: Fut,
-    ) -> Result<Outcome<T>, E>
-    where
-        T: Serialize + DeserializeOwned,
-        P: ErrorPolicy<E>,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let call = self;
+        let call = &self;
         let mut exec = Exec::Store(store);
         let held = Held::new(sent, call.lease);
         let attempt = async {
@@ -352,6 +364,14 @@ impl Prepared {
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
+
+    /// The default executor: the handle's store, the memory store read in place.
+    fn exec(&self) -> Exec<'_> {
+        match self.idem.store_as::<MemoryStore>() {
+            Some(memory) => Exec::Memory(memory),
+            None => Exec::Store(self.idem.store()),
+        }
+    }
 }
 
 /// Every failure of idem's own goes through here, so that the call reports it.
@@ -368,6 +388,12 @@ pub(crate) enum Begun<T, E> {
     Done(Result<Outcome<T>, E>),
 }
 
+/// Where a decided claim leaves a call: begun, or to wait for the attempt in flight.
+enum Settled<T, E> {
+    Begun(Begun<T, E>),
+    Wait,
+}
+
 impl Prepared {
     /// Claims the key on `exec` and maps the decision: run, replay, in progress (waiting for
     /// the attempt in flight when the call has a `wait` and the executor a lease), mismatch.
@@ -382,77 +408,150 @@ impl Prepared {
         T: DeserializeOwned,
         P: ErrorPolicy<E>,
     {
+        if let Some(plain) = self.start(exec, obs) {
+            return Begun::Done(replay(obs, policy, plain.as_ref(), into_err, Ended::Cached));
+        }
+        let waits = self.wait.zip(exec.leased());
+        loop {
+            let epoch = self.epoch();
+            let decided = obs
+                .store("claim", exec.decide(self.claim(), epoch.is_some()))
+                .await;
+            let (wait, store) =
+                match self.settle(decided, epoch, waits.is_some(), obs, policy, into_err) {
+                    Settled::Begun(begun) => return begun,
+                    Settled::Wait => waits.expect("settle waits only when the call can"),
+                };
+            // Boxed: a rare branch, kept out of every call's future.
+            let decision = match Box::pin(wait_for(store, self, obs, Instant::now() + wait)).await {
+                Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
+                Waited::Decided(decision) => decision,
+                Waited::Failed(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+            };
+            // The claim's record was the attempt in flight: the time it had left was its
+            // lease, not the TTL of the result waited for, which is not cached.
+            let waited = Ok((decision.into(), None, None));
+            return match self.settle(waited, epoch, false, obs, policy, into_err) {
+                Settled::Begun(begun) => begun,
+                Settled::Wait => unreachable!("settle waits only when asked to"),
+            };
+        }
+    }
+
+    /// [`Prepared::begin`] on the default executor, at once where it decides without a
+    /// suspension point (the memory store): `None` where it cannot (another store), or where
+    /// the call is to wait for the attempt in flight — having changed nothing then (a claim
+    /// that finds an attempt in flight writes nothing), so `begin` does it all.
+    fn begin_now<T, E, P>(
+        &self,
+        obs: &mut Obs,
+        policy: &P,
+        into_err: fn(Error) -> E,
+    ) -> Option<Begun<T, E>>
+    where
+        T: DeserializeOwned,
+        P: ErrorPolicy<E>,
+    {
+        let exec = self.exec();
+        if !matches!(exec, Exec::Memory(_)) {
+            return None;
+        }
+        if let Some(plain) = self.start(&exec, obs) {
+            let cached = replay(obs, policy, plain.as_ref(), into_err, Ended::Cached);
+            return Some(Begun::Done(cached));
+        }
+        let epoch = self.epoch();
+        let decided = obs.store_now("claim", || exec.decide_now(self.claim(), epoch.is_some()))?;
+        match self.settle(
+            Ok(decided),
+            epoch,
+            self.wait.is_some(),
+            obs,
+            policy,
+            into_err,
+        ) {
+            Settled::Begun(begun) => Some(begun),
+            Settled::Wait => None,
+        }
+    }
+
+    /// What every call does before its claim: report it, and find a completed result kept in
+    /// this process under this very fingerprint (replayed without asking the store). Anything
+    /// else (a miss, another fingerprint) goes to the store, which decides.
+    fn start(&self, exec: &Exec<'_>, obs: &mut Obs) -> Option<impl AsRef<[u8]>> {
         obs.prepared(exec.backend(), &self.key);
         self.idem.follow_releases();
-        if let Some(cache) = self.idem.cache() {
-            // A completed result kept in this process, stored under this very fingerprint:
-            // replayed without asking the store. Anything else (a miss, another fingerprint)
-            // goes to the store, which decides.
-            if let Some(plain) = cache.get(&self.key, &self.fingerprint) {
-                self.remember();
-                return Begun::Done(replay(obs, policy, &plain, into_err, Ended::Cached));
+        let plain = self.idem.cache()?.get(&self.key, &self.fingerprint)?;
+        self.remember();
+        Some(plain)
+    }
+
+    /// This call's claim.
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            name: &self.name,
+            key: &self.key,
+            fingerprint: &self.fingerprint,
+            lease: self.lease,
+        }
+    }
+
+    /// The cache's epoch, read before the claim: a release announced after it keeps the
+    /// result uncached.
+    fn epoch(&self) -> Option<u64> {
+        self.idem.cache().map(|cache| cache.epoch())
+    }
+
+    /// What a decided claim means for this call: run (the call holds the key), replay,
+    /// mismatch, in progress — or, when `may_wait`, wait for the attempt in flight.
+    fn settle<T, E, P, V: AsRef<[u8]>>(
+        &self,
+        decided: Result<Decided<V>, Error>,
+        epoch: Option<u64>,
+        may_wait: bool,
+        obs: &mut Obs,
+        policy: &P,
+        into_err: fn(Error) -> E,
+    ) -> Settled<T, E>
+    where
+        T: DeserializeOwned,
+        P: ErrorPolicy<E>,
+    {
+        let (decision, remaining, sent) = match decided {
+            Ok(decided) => decided,
+            Err(e) => return Settled::Begun(Begun::Done(Err(fail(obs, e, into_err)))),
+        };
+        let done = match decision {
+            Verdict::InProgress { .. } if may_wait => return Settled::Wait,
+            Verdict::Run { token } => {
+                obs.claimed(token);
+                let sent = sent.expect("Exec::decide times every claim it wins");
+                return Settled::Begun(Begun::Run { token, sent });
             }
-        }
-        loop {
-            let claim = Claim {
-                name: &self.name,
-                key: &self.key,
-                fingerprint: &self.fingerprint,
-                lease: self.lease,
-            };
-            // Read before the claim: a release announced after it keeps the result uncached.
-            let epoch = self.idem.cache().map(|cache| cache.epoch());
-            let timed = epoch.is_some();
-            let (decision, mut remaining, sent) =
-                match obs.store("claim", exec.decide(claim, timed)).await {
-                    Ok(decided) => decided,
-                    Err(e) => return Begun::Done(Err(fail(obs, e, into_err))),
-                };
-            let decision = match (decision, self.wait, exec.leased()) {
-                (Decision::InProgress { .. }, Some(wait), Some(store)) => {
-                    // The claim's record was the attempt in flight: its remaining time is
-                    // its lease, not the TTL of the result waited for, which is not cached.
-                    remaining = None;
-                    // Boxed: a rare branch, kept out of every call's future.
-                    match Box::pin(wait_for(store, self, obs, Instant::now() + wait)).await {
-                        Waited::Decided(Decision::Run { .. }) | Waited::Free => continue,
-                        Waited::Decided(decision) => decision,
-                        Waited::Failed(e) => return Begun::Done(Err(fail(obs, e, into_err))),
+            Verdict::Replay(bytes) => match self.remember().open::<T>(bytes.as_ref()) {
+                Ok(plain) => {
+                    if let (Some(cache), Some(remaining), Some(epoch), Some(sent)) =
+                        (self.idem.cache(), remaining, epoch, sent)
+                    {
+                        cache.put(
+                            self.key,
+                            self.fingerprint,
+                            &plain,
+                            sent.into_std(),
+                            remaining,
+                            epoch,
+                        );
                     }
+                    replay(obs, policy, &plain, into_err, Ended::Replayed)
                 }
-                (decision, _, _) => decision,
-            };
-            let done = match decision {
-                Decision::Run { token } => {
-                    obs.claimed(token);
-                    let sent = sent.expect("Exec::decide times every claim it wins");
-                    return Begun::Run { token, sent };
-                }
-                Decision::Replay(bytes) => match self.remember().open::<T>(&bytes) {
-                    Ok(plain) => {
-                        if let (Some(cache), Some(remaining), Some(epoch), Some(sent)) =
-                            (self.idem.cache(), remaining, epoch, sent)
-                        {
-                            cache.put(
-                                self.key,
-                                self.fingerprint,
-                                &plain,
-                                sent.into_std(),
-                                remaining,
-                                epoch,
-                            );
-                        }
-                        replay(obs, policy, &plain, into_err, Ended::Replayed)
-                    }
-                    Err(e) => Err(fail(obs, e, into_err)),
-                },
-                Decision::Mismatch => Err(fail(obs, self.mismatch(), into_err)),
-                Decision::InProgress { retry_after } => {
-                    Err(fail(obs, self.in_progress(retry_after), into_err))
-                }
-            };
-            return Begun::Done(done);
-        }
+                Err(e) => Err(fail(obs, e, into_err)),
+            },
+            Verdict::Mismatch => Err(fail(obs, self.mismatch(), into_err)),
+            Verdict::InProgress { retry_after } => {
+                Err(fail(obs, self.in_progress(retry_after), into_err))
+            }
+        };
+        Settled::Begun(Begun::Done(done))
     }
 
     /// Keeps this call's digests in the handle's memo: it was a replay, whose key is likely to

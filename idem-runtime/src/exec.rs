@@ -16,10 +16,15 @@
 use crate::error::Error;
 use crate::key::Digest;
 use crate::observe::KeyPrefix;
-use crate::protocol::{self, Decision};
+use crate::protocol::{self, Verdict};
 use crate::store::{Claim, ClaimOutcome, Complete, Store};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// A claim's decision, the time left of the live record it found, and when it was sent
+/// ([`Exec::decide`]); the replayed value held as `V` (shared, from [`Exec::decide_now`]).
+pub(crate) type Decided<V = Vec<u8>> = (Verdict<V>, Option<Duration>, Option<Instant>);
 
 /// Where a call's claim, completion and release run.
 // Named by `InTransaction`'s hidden method (so `pub`); without a transactional store it is
@@ -107,16 +112,9 @@ impl<'a> Exec<'a> {
     /// The claim and what it decides (`protocol::decide`), with the time left of the live
     /// record it found, if any, and when the claim was sent: always for a claim it won, else
     /// only when `timed` (a cached result's age is counted from it).
-    pub(crate) async fn decide(
-        &mut self,
-        claim: Claim<'_>,
-        timed: bool,
-    ) -> Result<(Decision, Option<Duration>, Option<Instant>), Error> {
-        if let Exec::Memory(store) = self {
-            // The memory store times a claim it grants: a replay reads only its clock.
-            let sent = timed.then(Instant::now);
-            let (decision, remaining, started) = store.claim_decided(claim);
-            return Ok((decision, remaining, started.or(sent)));
+    pub(crate) async fn decide(&mut self, claim: Claim<'_>, timed: bool) -> Result<Decided, Error> {
+        if let Some((verdict, remaining, sent)) = self.decide_now(claim, timed) {
+            return Ok((verdict.map(|value| value.to_vec()), remaining, sent));
         }
         let sent = Instant::now();
         let fingerprint = claim.fingerprint;
@@ -126,10 +124,22 @@ impl<'a> Exec<'a> {
             ClaimOutcome::Claimed { .. } => None,
         };
         Ok((
-            protocol::decide(outcome, fingerprint),
+            protocol::decide(outcome, fingerprint).into(),
             remaining,
             Some(sent),
         ))
+    }
+
+    /// [`Exec::decide`] without a suspension point, for the executor that can: the memory
+    /// store, whose claim is a map lookup under a lock. `None` for the others.
+    pub(crate) fn decide_now(&self, claim: Claim<'_>, timed: bool) -> Option<Decided<Arc<[u8]>>> {
+        let Exec::Memory(store) = self else {
+            return None;
+        };
+        // The memory store times a claim it grants: a replay reads only its clock.
+        let sent = timed.then(Instant::now);
+        let (decision, remaining, started) = store.claim_decided(claim);
+        Some((decision, remaining, started.or(sent)))
     }
 
     /// `Ok(false)`: the record no longer holds this token (fencing).

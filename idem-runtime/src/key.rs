@@ -17,6 +17,7 @@
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest as _, Sha256};
+use std::cell::Cell;
 use std::fmt;
 use std::hash::BuildHasher as _;
 use std::ops::Range;
@@ -255,14 +256,19 @@ impl Canon<'_> {
     fn len(&mut self, n: usize) {
         self.out.extend_from_slice(&(n as u64).to_be_bytes());
     }
+    // A tag and what follows it in one write: one capacity check, not two (keys are encoded
+    // on every call).
     fn str(&mut self, s: &str) {
-        self.out.push(tag::STR);
-        self.len(s.len());
+        self.tagged(tag::STR, (s.len() as u64).to_be_bytes());
         self.out.extend_from_slice(s.as_bytes());
     }
     fn int(&mut self, v: i128) {
-        self.out.push(tag::INT);
-        self.out.extend_from_slice(&v.to_be_bytes());
+        self.tagged(tag::INT, v.to_be_bytes());
+    }
+    fn tagged<const N: usize>(&mut self, tag: u8, bytes: [u8; N]) {
+        let mut head = [tag; 17];
+        head[1..=N].copy_from_slice(&bytes);
+        self.out.extend_from_slice(&head[..=N]);
     }
 }
 
@@ -666,8 +672,12 @@ impl KeyParts {
         v: &T,
     ) -> Option<Range<usize>> {
         if self.bytes.capacity() == 0 {
-            // Room for an id and a few arguments: what `canonical` reserves, for two values.
-            self.bytes.reserve(128);
+            self.bytes = SPARE_BUFFER
+                .try_with(Cell::take)
+                .ok()
+                .filter(|spare| spare.capacity() > 0)
+                // Room for an id and a few arguments: what `canonical` reserves, for two values.
+                .unwrap_or_else(|| Vec::with_capacity(128));
         }
         let start = self.bytes.len();
         match v.serialize(Canon {
@@ -710,6 +720,26 @@ impl KeyParts {
             key: &self.bytes[self.key.clone()?],
             fingerprint: self.fingerprint.clone().map(|f| &self.bytes[f]),
         })
+    }
+}
+
+thread_local! {
+    /// The key buffer of the last call that ended on this thread, emptied, for the next call's
+    /// key: a call is then set up without an allocation (a replay makes none of its own).
+    static SPARE_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest key buffer kept for the next call: a call with a large key allocates its own.
+const SPARE_MAX: usize = 1024;
+
+impl Drop for KeyParts {
+    fn drop(&mut self) {
+        let mut bytes = std::mem::take(&mut self.bytes);
+        if bytes.capacity() > 0 && bytes.capacity() <= SPARE_MAX {
+            bytes.clear();
+            // At a thread's exit the slot is gone: the buffer is freed here instead.
+            let _ = SPARE_BUFFER.try_with(|spare| spare.set(bytes));
+        }
     }
 }
 
@@ -757,12 +787,13 @@ impl MemoQuery<'_> {
     }
 }
 
-// Hashed on every call: three writes, not the derived ten (a length, a tag or a separator per
-// field). Equal queries hash alike; which fields are equal is for `eq` to tell.
+// Hashed on every call: two writes, not the derived ten (a length, a tag or a separator per
+// field). Equal queries hash alike; which fields are equal is for `eq` to tell. The key and
+// namespace pick the slot: a key seen with two fingerprints (a mismatch) is rare enough to
+// share one.
 impl std::hash::Hash for MemoQuery<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write(self.key);
-        state.write(self.fingerprint.unwrap_or_default());
         state.write(self.namespace.as_bytes());
     }
 }

@@ -118,16 +118,32 @@ pub(crate) fn call_span(name: &str) -> Option<Span> {
     (!span.is_disabled()).then_some(span)
 }
 
-/// A call's future inside its span (when it has one): like `tracing::Instrumented`, at no cost
-/// without a span. The future is boxed, so this is `Unpin` and two words plus the span.
-pub(crate) struct InSpan<F> {
-    span: Option<Span>,
-    /// `None` only while being dropped.
-    fut: Option<Pin<Box<F>>>,
+pin_project_lite::pin_project! {
+    /// A call's future inside its span (when it has one): like `tracing::Instrumented`, at no
+    /// cost without a span. The future is held in place, not boxed: a call that replays at
+    /// its first poll allocates nothing for its future (call.rs, `Call::execute`).
+    pub(crate) struct InSpan<F> {
+        span: Option<Span>,
+        // `None` only while being dropped.
+        #[pin]
+        fut: Option<F>,
+    }
+
+    impl<F> PinnedDrop for InSpan<F> {
+        /// A future dropped mid-call reports `dropped` from its drop: inside the span, as
+        /// events of a poll would be.
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            match this.span {
+                Some(span) => span.in_scope(|| this.fut.set(None)),
+                None => this.fut.set(None),
+            }
+        }
+    }
 }
 
 impl<F> InSpan<F> {
-    pub(crate) fn new(span: Option<Span>, fut: Pin<Box<F>>) -> Self {
+    pub(crate) fn new(span: Option<Span>, fut: F) -> Self {
         InSpan {
             span,
             fut: Some(fut),
@@ -139,25 +155,14 @@ impl<F: Future> Future for InSpan<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
+        let this = self.project();
         let fut = this
             .fut
-            .as_mut()
+            .as_pin_mut()
             .expect("an InSpan is polled only before its drop");
-        match &this.span {
-            Some(span) => span.in_scope(|| fut.as_mut().poll(cx)),
-            None => fut.as_mut().poll(cx),
-        }
-    }
-}
-
-impl<F> Drop for InSpan<F> {
-    /// A future dropped mid-call reports `dropped` from its drop: inside the span, as events
-    /// of a poll would be.
-    fn drop(&mut self) {
-        match &self.span {
-            Some(span) => span.in_scope(|| drop(self.fut.take())),
-            None => drop(self.fut.take()),
+        match this.span {
+            Some(span) => span.in_scope(|| fut.poll(cx)),
+            None => fut.poll(cx),
         }
     }
 }
@@ -223,15 +228,27 @@ impl Obs {
 
     /// Runs one store step, adding its round trip to this call's store time.
     pub(crate) async fn store<F: Future>(&mut self, op: &'static str, step: F) -> F::Output {
-        if !self.timed {
-            return step.await;
-        }
-        let start = Instant::now();
+        let start = self.timed.then(Instant::now);
         let out = step.await;
-        let took = start.elapsed();
-        self.store_time += took;
-        store_latency(self.backend, op, took);
+        self.took(op, start);
         out
+    }
+
+    /// [`Obs::store`] for a store step that runs without a suspension point.
+    pub(crate) fn store_now<R>(&mut self, op: &'static str, step: impl FnOnce() -> R) -> R {
+        let start = self.timed.then(Instant::now);
+        let out = step();
+        self.took(op, start);
+        out
+    }
+
+    /// Counts the store step `op` started at `start` (when store steps are timed).
+    fn took(&mut self, op: &'static str, start: Option<Instant>) {
+        if let Some(start) = start {
+            let took = start.elapsed();
+            self.store_time += took;
+            store_latency(self.backend, op, took);
+        }
     }
 
     /// The call ends with `outcome` (not an error of its own).

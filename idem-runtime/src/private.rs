@@ -103,8 +103,7 @@ where
     P: ErrorPolicy<E>,
     Fut: Future<Output = Result<T, E>>,
 {
-    let call = call.execute(policy, E::from_idem, body);
-    async move { call.await.map(Outcome::into_inner) }
+    call.execute(policy, E::from_idem, body, Outcome::into_inner)
 }
 
 /// A `Duration` from a value the attribute accepted (a literal converted at compile time, or

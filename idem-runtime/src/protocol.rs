@@ -45,25 +45,74 @@ pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
         || record.value,
         fingerprint,
     )
+    .into()
+}
+
+/// A [`Decision`] as the engine takes it, the replayed value held as `V`: a store that
+/// decides in place (the memory store) hands its stored value over shared, not copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict<V> {
+    /// [`Decision::Run`].
+    Run { token: u64 },
+    /// [`Decision::Replay`].
+    Replay(V),
+    /// [`Decision::InProgress`].
+    InProgress { retry_after: Duration },
+    /// [`Decision::Mismatch`].
+    Mismatch,
+}
+
+impl<V> Verdict<V> {
+    /// The same verdict, the replayed value converted by `f`.
+    pub(crate) fn map<W>(self, f: impl FnOnce(V) -> W) -> Verdict<W> {
+        match self {
+            Verdict::Run { token } => Verdict::Run { token },
+            Verdict::Replay(value) => Verdict::Replay(f(value)),
+            Verdict::InProgress { retry_after } => Verdict::InProgress { retry_after },
+            Verdict::Mismatch => Verdict::Mismatch,
+        }
+    }
+}
+
+impl From<Decision> for Verdict<Vec<u8>> {
+    fn from(d: Decision) -> Self {
+        match d {
+            Decision::Run { token } => Verdict::Run { token },
+            Decision::Replay(value) => Verdict::Replay(value),
+            Decision::InProgress { retry_after } => Verdict::InProgress { retry_after },
+            Decision::Mismatch => Verdict::Mismatch,
+        }
+    }
+}
+
+impl From<Verdict<Vec<u8>>> for Decision {
+    fn from(v: Verdict<Vec<u8>>) -> Self {
+        match v {
+            Verdict::Run { token } => Decision::Run { token },
+            Verdict::Replay(value) => Decision::Replay(value),
+            Verdict::InProgress { retry_after } => Decision::InProgress { retry_after },
+            Verdict::Mismatch => Decision::Mismatch,
+        }
+    }
 }
 
 /// [`decide_existing`] on the parts of a live record that it reads, the stored value taken only
 /// for a replay (a store that decides in place, the memory store, copies nothing else).
-pub(crate) fn decide_live(
+pub(crate) fn decide_live<V: Default>(
     stored: &Digest,
     status: Status,
     remaining: Duration,
-    value: impl FnOnce() -> Option<Vec<u8>>,
+    value: impl FnOnce() -> Option<V>,
     fingerprint: &Digest,
-) -> Decision {
+) -> Verdict<V> {
     if stored != fingerprint {
-        return Decision::Mismatch;
+        return Verdict::Mismatch;
     }
     match status {
-        Status::InProgress => Decision::InProgress {
+        Status::InProgress => Verdict::InProgress {
             retry_after: retry_after(remaining),
         },
-        Status::Completed => Decision::Replay(value().unwrap_or_default()),
+        Status::Completed => Verdict::Replay(value().unwrap_or_default()),
     }
 }
 

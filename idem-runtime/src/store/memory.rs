@@ -13,11 +13,11 @@ use super::{
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{decide_live, ended_at, holds, is_live, may_forget, next_token, Decision};
+use crate::protocol::{decide_live, ended_at, holds, is_live, may_forget, next_token, Verdict};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -48,7 +48,8 @@ struct Entry {
     fingerprint: Digest,
     token: u64,
     status: Status,
-    value: Option<Vec<u8>>,
+    /// Shared: a replay takes it without copying it (`claim_decided`).
+    value: Option<Arc<[u8]>>,
     created_at: i64,
     expires_at: i64,
 }
@@ -133,7 +134,7 @@ fn record(key: &Digest, e: &Entry, now: i64) -> Record {
         fingerprint: e.fingerprint,
         token: e.token,
         status: e.status,
-        value: e.value.clone(),
+        value: e.value.as_deref().map(<[u8]>::to_vec),
         created_at: e.created_at,
         expires_at: e.expires_at,
         now,
@@ -211,7 +212,7 @@ impl MemoryStore {
     pub(crate) fn claim_decided(
         &self,
         c: Claim<'_>,
-    ) -> (Decision, Option<Duration>, Option<Instant>) {
+    ) -> (Verdict<Arc<[u8]>>, Option<Duration>, Option<Instant>) {
         let live = |e: &Entry, now: i64| {
             let remaining = Duration::from_millis(e.expires_at.saturating_sub(now).max(0) as u64);
             let decision = decide_live(
@@ -227,7 +228,7 @@ impl MemoryStore {
         // written at, so the engine's deadline never falls after the record's end.
         let timed = |_| (Instant::now(), local_now_ms());
         match self.claim_or(c, live, timed) {
-            Ok((token, sent)) => (Decision::Run { token }, None, Some(sent)),
+            Ok((token, sent)) => (Verdict::Run { token }, None, Some(sent)),
             Err((decision, remaining)) => (decision, Some(remaining), None),
         }
     }
@@ -297,7 +298,7 @@ impl Store for MemoryStore {
             let expires_at = now.saturating_add(millis(done.ttl));
             if let Some(e) = st.entries.get_mut(done.key) {
                 e.status = Status::Completed;
-                e.value = Some(done.value.to_vec());
+                e.value = Some(done.value.into());
                 e.expires_at = expires_at;
             }
             st.set_expiry(*done.key, expires_at);
