@@ -2,7 +2,7 @@
 //! trait, so that [`Outbox`](super::Outbox) and the relay's loop are written once. PostgreSQL's
 //! is in `postgres.rs`, MySQL's in `mysql.rs`.
 
-use super::admin::ListFilter;
+use super::listing::ListFilter;
 use super::{Delivery, Enqueued, Message, MessageInfo, OutboxStats};
 use crate::error::Error;
 use crate::store::{BoxFuture, Migration, SchemaVersion};

@@ -35,6 +35,7 @@
 
 mod admin;
 mod dialect;
+mod listing;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -47,8 +48,8 @@ pub mod nats;
 #[cfg(feature = "outbox-webhook")]
 pub mod webhook;
 
-pub use admin::{ListFilter, MessageInfo, MessageState};
 pub use dialect::OutboxDatabase;
+pub use listing::{ListFilter, MessageInfo, MessageState};
 pub use relay::{Delivery, Publisher, Relay, RelayOptions, RelayStats};
 pub use schema::{DEFAULT_OUTBOX_TABLE, OUTBOX_SCHEMA_VERSION};
 

@@ -22,8 +22,8 @@
 //!   reads, on servers that apply the outer locking clause to subqueries or turn `NOT EXISTS`
 //!   into an anti-join.
 
-use super::admin::{message_info, ListFilter};
 use super::dialect::{ms, Dialect, OutboxDatabase};
+use super::listing::{message_info, ListFilter};
 use super::schema::{self, DEAD, DELIVERED, MYSQL_MAX_ID, OUTBOX_SCHEMA_VERSION, PENDING};
 use super::{Delivery, Enqueued, Message, MessageInfo, Outbox, OutboxStats, DEFAULT_OUTBOX_TABLE};
 use crate::error::{Error, StoreErrorKind};

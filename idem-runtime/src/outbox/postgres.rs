@@ -1,8 +1,8 @@
 //! The outbox on PostgreSQL: its statements ([`PgDialect`]), the constructors of
 //! `Outbox<Postgres>`, and the `LISTEN` that wakes the relays when a message is committed.
 
-use super::admin::{message_info, ListFilter};
 use super::dialect::{ms, Dialect, OutboxDatabase};
+use super::listing::{message_info, ListFilter};
 use super::schema::{self, DEAD, DELIVERED, OUTBOX_SCHEMA_VERSION, PENDING};
 use super::{Delivery, Enqueued, Message, MessageInfo, Outbox, OutboxStats, DEFAULT_OUTBOX_TABLE};
 use crate::error::{Error, StoreErrorKind};
