@@ -48,8 +48,9 @@ use schema::Table;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use statements::Sql;
-// The outbox's MySQL dialect reads the same clock as the store's statements.
-#[cfg(feature = "outbox-mysql")]
+// The outbox's MySQL dialect (built with `outbox` and `mysql` too) reads the same clock as the
+// store's statements.
+#[cfg(any(feature = "outbox", feature = "outbox-mysql"))]
 pub(crate) use statements::CLOCK;
 use std::sync::Arc;
 use std::time::Duration;
