@@ -14,7 +14,8 @@ pub enum MessageState {
     Pending,
     /// Accepted by the publisher; deleted after the relays' retention (or `purge_delivered`).
     Delivered,
-    /// Failed `max_attempts` times: kept, no longer tried, until [`Outbox::retry_dead`].
+    /// Failed `max_attempts` times: kept, no longer tried, until
+    /// [`Outbox::retry_dead`](super::Outbox::retry_dead).
     Dead,
 }
 
@@ -46,7 +47,7 @@ impl MessageState {
     }
 }
 
-/// One message as [`Outbox::list`] shows it (without its payload).
+/// One message as [`Outbox::list`](super::Outbox::list) shows it (without its payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MessageInfo {
@@ -70,8 +71,8 @@ pub struct MessageInfo {
     pub payload_len: u64,
 }
 
-/// Which messages [`Outbox::list`] returns: by default pending and dead ones (not the delivered
-/// ones awaiting purge), oldest first, at most 100.
+/// Which messages [`Outbox::list`](super::Outbox::list) returns: by default pending and dead
+/// ones (not the delivered ones awaiting purge), oldest first, at most 100.
 #[derive(Debug, Clone)]
 pub struct ListFilter {
     states: Vec<MessageState>,
