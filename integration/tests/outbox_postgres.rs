@@ -39,17 +39,4 @@ impl Backend for Pg {
     async fn refusals_of_this_database(_: &Setup<Self>) {}
 }
 
-outbox_common::scenarios!(Pg);
-
-idem_integration::server_tests! {
-    POSTGRES => [
-        only_committed_messages_are_sent,
-        enqueue_outside_a_transaction_is_refused,
-        a_retried_call_enqueues_once,
-        two_relays_share_the_work_in_order,
-        three_relays_with_failures_keep_each_keys_order,
-        a_failing_publisher_is_retried_then_dead_lettered,
-        delivered_messages_are_purged,
-        a_relay_does_not_spin_on_a_message_another_relay_holds,
-    ],
-}
+outbox_common::scenarios!(Pg, POSTGRES);

@@ -7,7 +7,7 @@
 //! Each scenario is written once, generic over a [`Backend`]: what depends on the database (its
 //! pools and outbox, the test's own SQL on the outbox's table, the `#[idempotent]` functions,
 //! which name their database's types, and the checks only one database has). [`scenarios!`]
-//! makes a binary's test functions of them.
+//! makes a binary's `main` of them: one test per scenario.
 #![allow(dead_code)]
 
 #[path = "../outbox_db/mod.rs"]
@@ -49,11 +49,12 @@ pub trait Backend: OutboxDb {
     fn refusals_of_this_database(s: &Setup<Self>) -> impl Future<Output = ()>;
 }
 
-/// The test functions of a binary, one per scenario, each running it on `$backend`; its
-/// `server_tests!` list names those that run there.
+/// The `main` of a binary: a test function per scenario, each running it on `$backend`, all
+/// behind `$need` (the `server_tests!` group of that database). The list of scenarios is here
+/// only, so a scenario written above runs on every database or fails to compile.
 macro_rules! scenarios {
-    ($backend:ty) => {
-        outbox_common::scenarios!(@each $backend;
+    ($backend:ty, $need:ident) => {
+        outbox_common::scenarios!(@each $backend, $need;
             only_committed_messages_are_sent,
             enqueue_outside_a_transaction_is_refused,
             a_retried_call_enqueues_once,
@@ -64,13 +65,15 @@ macro_rules! scenarios {
             a_relay_does_not_spin_on_a_message_another_relay_holds,
         );
     };
-    (@each $backend:ty; $($name:ident),* $(,)?) => {
+    (@each $backend:ty, $need:ident; $($name:ident),* $(,)?) => {
         $(
-            #[allow(dead_code)]
             async fn $name(url: String) {
                 outbox_common::$name::<$backend>(url).await
             }
         )*
+        idem_integration::server_tests! {
+            $need => [$($name),*],
+        }
     };
 }
 pub(crate) use scenarios;
