@@ -1,9 +1,9 @@
 //! A replay on the memory store allocates nothing of its own (issue 24, item 6): the call is set
 //! up and claimed at its first poll, its future is not boxed, the stored value is shared rather
-//! than copied, and the key buffer is reused from the call before on the thread. Only the
-//! decoded result's own data is allocated. Counted by a global allocator of this test binary,
-//! on the thread that runs the calls (3 allocations per replay before; 2 with the key buffer
-//! not reused).
+//! than copied, and the builder's box (with its key buffer) is reused from the call before on the
+//! thread. Only the decoded result's own data is allocated. Counted by a global allocator of
+//! this test binary, on the thread that runs the calls (3 allocations per replay before; 3 with
+//! the builder's box not reused: the box and the key buffer).
 
 use idem::{idempotent, Idem};
 use serde::{Deserialize, Serialize};

@@ -1,11 +1,13 @@
 //! One call: key → claim → run the body under a lease → store or release.
 
+mod setup;
+
 use crate::codec;
 use crate::context::{self, CallContext, CURRENT};
 use crate::error::Error;
 use crate::exec::{Decided, Exec};
 use crate::handle::Idem;
-use crate::key::{self, Digest};
+use crate::key::Digest;
 use crate::lease::{self, Held};
 use crate::observe::{self, Ended, InSpan, KeyPrefix, Obs};
 use crate::policy::{ErrorPolicy, OnError, ReleaseErrors};
@@ -13,6 +15,7 @@ use crate::protocol::{self, Decision, Verdict};
 use crate::store::memory::MemoryStore;
 use crate::store::{Claim, Complete, Store};
 use serde::{de::DeserializeOwned, Serialize};
+use setup::SetupBox;
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
@@ -45,16 +48,7 @@ impl<T> Outcome<T> {
 /// An idempotent call being set up: see [`Idem::call`].
 #[derive(Debug)]
 #[must_use = "a Call does nothing until `run`"]
-pub struct Call {
-    /// `None`: the parent's handle for a step inside a call, else the installed one.
-    idem: Option<Idem>,
-    name: Cow<'static, str>,
-    step: bool,
-    parts: key::KeyParts,
-    ttl: Option<Duration>,
-    lease: Option<Duration>,
-    wait: Option<Option<Duration>>,
-}
+pub struct Call(SetupBox);
 
 /// The builder's entry on the handle: here, beside the builder, so that the handle does not
 /// depend on the engine above it.
@@ -86,7 +80,7 @@ pub(crate) struct Prepared {
     key: Digest,
     fingerprint: Digest,
     /// What the digests were computed from, for the handle's memo of replayed keys; the scope.
-    parts: key::KeyParts,
+    setup: SetupBox,
     /// The digests came from the memo.
     remembered: bool,
     ttl: Duration,
@@ -107,52 +101,47 @@ impl Call {
     }
 
     fn on(idem: Option<Idem>, name: Cow<'static, str>) -> Call {
-        Call {
-            idem,
-            name,
-            step: false,
-            parts: key::KeyParts::default(),
-            ttl: None,
-            lease: None,
-            wait: None,
-        }
+        Call(SetupBox::new(idem, name))
     }
 
     /// The key: the same on every retry of one logical operation. Any `Serialize` value; it is
     /// stored only as a digest, so its size and content (NUL bytes, empty) do not matter.
     pub fn key<K: Serialize + ?Sized>(mut self, key: &K) -> Self {
-        self.parts.set_key(&self.name, key);
+        let setup = &mut *self.0;
+        setup.parts.set_key(&setup.name, key);
         self
     }
 
     /// A tenant or principal: the same key in two scopes is two different keys.
     pub fn scope<S: Serialize + ?Sized>(mut self, scope: &S) -> Self {
-        self.parts.set_scope(&self.name, scope);
+        let setup = &mut *self.0;
+        setup.parts.set_scope(&setup.name, scope);
         self
     }
 
     /// What must match on a repeat with the same key (default: the key itself). A repeat with
     /// another fingerprint is refused with [`Error::Mismatch`].
     pub fn fingerprint<F: Serialize + ?Sized>(mut self, fingerprint: &F) -> Self {
-        self.parts.set_fingerprint(&self.name, fingerprint);
+        let setup = &mut *self.0;
+        setup.parts.set_fingerprint(&setup.name, fingerprint);
         self
     }
 
     /// How long the finished result is kept and replayed.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.0.ttl = Some(ttl);
         self
     }
 
     /// How long the claim lives without renewal (renewed every `lease / 3` while the body runs).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.0.lease = Some(lease);
         self
     }
 
     /// A duplicate waits up to `wait` for the attempt in flight and replays its result.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(Some(wait));
+        self.0.wait = Some(Some(wait));
         self
     }
 
@@ -161,34 +150,38 @@ impl Call {
     /// store, scope and TTL unless it sets its own. A completed step replays on the parent's
     /// retry; a failed one runs again. Outside any idempotent call it is an ordinary call.
     pub fn step(mut self) -> Self {
-        self.step = true;
+        self.0.step = true;
         self
     }
 
     /// The namespace as written.
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn name(&self) -> &Cow<'static, str> {
-        &self.name
+        &self.0.name
     }
 
     /// Resolves the handle, the step's parent, the digests and the defaults.
-    pub(crate) fn prepare(mut self) -> Result<Prepared, Error> {
-        if let Some(e) = self.parts.error.take() {
+    pub(crate) fn prepare(self) -> Result<Prepared, Error> {
+        let mut setup = self.0;
+        if let Some(e) = setup.parts.error.take() {
             return Err(*e);
         }
-        let parent = if self.step { context::current() } else { None };
+        let parent = if setup.step { context::current() } else { None };
         if let Some(parent) = &parent {
-            self.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), self.name));
-            self.idem = self.idem.or_else(|| Some(parent.idem.clone()));
-            if self.parts.scope.is_none() {
-                self.parts.scope = parent.scope.clone();
+            setup.name = Cow::Owned(format!("{}/{}", parent.key.to_hex(), setup.name));
+            if setup.idem.is_none() {
+                setup.idem = Some(parent.idem.clone());
+            }
+            if setup.parts.scope.is_none() {
+                setup.parts.scope = parent.scope.clone();
             }
         }
-        let idem = match self.idem.take() {
+        let idem = match setup.idem.take() {
             Some(idem) => idem,
             None => Idem::installed().ok_or_else(not_installed)?,
         };
-        let query = self.parts.inputs(&self.name)?;
+        let name = std::mem::take(&mut setup.name);
+        let query = setup.parts.inputs(&name)?;
         let memo = idem.digest_memo().get(&query);
         let remembered = memo.is_some();
         let (key, fingerprint) = memo.unwrap_or_else(|| {
@@ -200,24 +193,22 @@ impl Call {
         let defaults = *idem.defaults();
         // A step inherits its parent's TTL; a TTL written on the step is honoured as written.
         let inherited = parent.as_ref().map_or(defaults.ttl, |p| p.ttl);
-        let ttl = self.ttl.unwrap_or(inherited);
-        let lease = self.lease.unwrap_or(defaults.lease);
+        let ttl = setup.ttl.unwrap_or(inherited);
+        let lease = setup.lease.unwrap_or(defaults.lease);
         if lease.is_zero() {
-            return Err(Error::Config(format!(
-                "{}: lease must be above zero",
-                self.name
-            )));
+            return Err(Error::Config(format!("{name}: lease must be above zero")));
         }
+        let wait = setup.wait.unwrap_or(defaults.wait);
         Ok(Prepared {
             idem,
-            name: self.name,
+            name,
             key,
             fingerprint,
-            parts: self.parts,
+            setup,
             remembered,
             ttl,
             lease,
-            wait: self.wait.unwrap_or(defaults.wait),
+            wait,
         })
     }
 
@@ -255,45 +246,46 @@ impl Call {
     /// work on the heap, in one allocation: the call's own future holds what it was given and
     /// a pointer, whatever the body does after. `out` maps the outcome (`run` returns the
     /// value alone), inside this future rather than in another around it, which would be one
-    /// more copy of it. The call runs in its `idem.call` span.
-    pub(crate) fn execute<T, E, P, Fut, O>(
+    /// more copy of it. The call runs in its `idem.call` span, made at the first poll: a
+    /// future dropped before it did nothing and reports nothing.
+    pub(crate) async fn execute<T, E, P, Fut, O>(
         self,
         policy: P,
         into_err: fn(Error) -> E,
         body: Fut,
         out: fn(Outcome<T>) -> O,
-    ) -> impl Future<Output = Result<O, E>>
+    ) -> Result<O, E>
     where
         T: Serialize + DeserializeOwned,
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
-        let span = observe::call_span(&self.name);
-        let obs = Obs::new(span.clone(), self.name.clone());
-        InSpan::new(span, async move {
-            match self.first_poll(obs, policy, into_err, body) {
-                Ok(done) => done.map(out),
-                Err(rest) => rest.await.map(out),
-            }
-        })
+        match self.first_poll(policy, into_err, body) {
+            Ok(done) => done.map(out),
+            Err(rest) => rest.await.map(out),
+        }
     }
 
-    /// What a call does at its first poll: its setup and, where it can, its claim. `Ok`: the
-    /// call ended there; `Err`: the rest of it, on the heap. (A function of its own, not part
-    /// of `execute`'s future, so that nothing it holds is kept in that future's state.)
+    /// What a call does at its first poll, in its span: its setup and, where it can, its
+    /// claim. `Ok`: the call ended there; `Err`: the rest of it, on the heap, in the span. (A
+    /// function of its own, not part of `execute`'s future, so that nothing it holds is kept
+    /// in that future's state.)
     #[allow(clippy::type_complexity)]
     fn first_poll<T, E, P, Fut>(
         self,
-        mut obs: Obs,
         policy: P,
         into_err: fn(Error) -> E,
         body: Fut,
-    ) -> Result<Result<Outcome<T>, E>, Pin<Box<impl Future<Output = Result<Outcome<T>, E>>>>>
+    ) -> Result<Result<Outcome<T>, E>, Pin<Box<InSpan<impl Future<Output = Result<Outcome<T>, E>>>>>>
     where
         T: Serialize + DeserializeOwned,
         P: ErrorPolicy<E>,
         Fut: Future<Output = Result<T, E>>,
     {
+        let span = observe::call_span(&self.0.name);
+        // Entered until the end: `obs` reports from its drop, before this guard's.
+        let _entered = span.as_ref().map(tracing::Span::enter);
+        let mut obs = Obs::new(span.clone(), self.0.name.clone());
         let call = match self.prepare() {
             Ok(call) => call,
             Err(e) => return Ok(Err(fail(&mut obs, e, into_err))),
@@ -302,7 +294,8 @@ impl Call {
             Some(Begun::Done(done)) => return Ok(done),
             begun => begun,
         };
-        Err(Box::pin(call.go_on(begun, obs, policy, into_err, body)))
+        let rest = call.go_on(begun, obs, policy, into_err, body);
+        Err(Box::pin(InSpan::new(span.clone(), rest)))
     }
 }
 
@@ -558,7 +551,7 @@ impl Prepared {
     /// be replayed again (a client retrying), while a fresh key may never come back.
     fn remember(&self) -> &Self {
         if !self.remembered {
-            if let Some(query) = self.parts.query(&self.name) {
+            if let Some(query) = self.setup.parts.query(&self.name) {
                 self.idem
                     .digest_memo()
                     .put(&query, (self.key, self.fingerprint));
@@ -573,7 +566,7 @@ impl Prepared {
             key: self.key,
             token,
             idem: self.idem.clone(),
-            scope: self.parts.scope.clone(),
+            scope: self.setup.parts.scope.clone(),
             ttl: self.ttl,
             enqueued: Default::default(),
         }

@@ -17,7 +17,6 @@
 
 use serde::ser::{self, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::cell::Cell;
 use std::fmt;
 use std::hash::BuildHasher as _;
 use std::ops::Range;
@@ -672,12 +671,8 @@ impl KeyParts {
         v: &T,
     ) -> Option<Range<usize>> {
         if self.bytes.capacity() == 0 {
-            self.bytes = SPARE_BUFFER
-                .try_with(Cell::take)
-                .ok()
-                .filter(|spare| spare.capacity() > 0)
-                // Room for an id and a few arguments: what `canonical` reserves, for two values.
-                .unwrap_or_else(|| Vec::with_capacity(128));
+            // Room for an id and a few arguments: what `canonical` reserves, for two values.
+            self.bytes.reserve(128);
         }
         let start = self.bytes.len();
         match v.serialize(Canon {
@@ -721,24 +716,17 @@ impl KeyParts {
             fingerprint: self.fingerprint.clone().map(|f| &self.bytes[f]),
         })
     }
-}
 
-thread_local! {
-    /// The key buffer of the last call that ended on this thread, emptied, for the next call's
-    /// key: a call is then set up without an allocation (a replay makes none of its own).
-    static SPARE_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-/// The largest key buffer kept for the next call: a call with a large key allocates its own.
-const SPARE_MAX: usize = 1024;
-
-impl Drop for KeyParts {
-    fn drop(&mut self) {
-        let mut bytes = std::mem::take(&mut self.bytes);
-        if bytes.capacity() > 0 && bytes.capacity() <= SPARE_MAX {
-            bytes.clear();
-            // At a thread's exit the slot is gone: the buffer is freed here instead.
-            let _ = SPARE_BUFFER.try_with(|spare| spare.set(bytes));
+    /// Empties these parts for another call, keeping the key buffer's memory when it is at
+    /// most `max` bytes (a call with a large key does not hold its memory for the next one).
+    pub(crate) fn clear(&mut self, max: usize) {
+        self.key = None;
+        self.fingerprint = None;
+        self.scope = None;
+        self.error = None;
+        self.bytes.clear();
+        if self.bytes.capacity() > max {
+            self.bytes = Vec::new();
         }
     }
 }

@@ -119,9 +119,8 @@ pub(crate) fn call_span(name: &str) -> Option<Span> {
 }
 
 pin_project_lite::pin_project! {
-    /// A call's future inside its span (when it has one): like `tracing::Instrumented`, at no
-    /// cost without a span. The future is held in place, not boxed: a call that replays at
-    /// its first poll allocates nothing for its future (call.rs, `Call::execute`).
+    /// The rest of a call after its first poll, inside its span (when it has one): like
+    /// `tracing::Instrumented`, at no cost without a span (call.rs, `Call::first_poll`).
     pub(crate) struct InSpan<F> {
         span: Option<Span>,
         // `None` only while being dropped.

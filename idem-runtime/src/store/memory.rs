@@ -1,7 +1,7 @@
 //! The in-memory store: process-local, sharded, no lock held across an await.
 //!
 //! Each shard is a `HashMap` keyed by digest (the digest is already uniform, so the map hashes
-//! it with its first eight bytes instead of running SipHash again) and a min-heap of expiry
+//! it by eight of its bytes instead of running SipHash again) and a min-heap of expiry
 //! times. Every write evicts a few expired entries from its own shard, so memory stays bounded
 //! by the live keys without a full scan ever blocking a caller. Heap entries that a renewal or a
 //! completion made stale are dropped when they surface. A released record stays until the
@@ -26,7 +26,9 @@ const SHARDS: usize = 64;
 /// How many expired entries one write may evict from its shard.
 const EVICT_PER_WRITE: usize = 4;
 
-/// Hashes a digest by its first eight bytes: it is already a uniform hash.
+/// Hashes a digest by eight of its bytes: it is already a uniform hash. Not its first eight:
+/// the first byte picks the shard, so within a shard the low bits the map indexes by would all
+/// be alike.
 #[derive(Default)]
 struct DigestHasher(u64);
 
@@ -35,12 +37,22 @@ impl Hasher for DigestHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(b);
+        match bytes.get(8..16) {
+            Some(middle) => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(middle);
+                self.0 ^= u64::from_le_bytes(b);
+            }
+            // Only a digest's 32 bytes are hashed here; anything shorter is folded in whole.
+            None => {
+                for &byte in bytes {
+                    self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+                }
+            }
         }
     }
+    /// A slice's length prefix: every digest is 32 bytes long.
+    fn write_usize(&mut self, _: usize) {}
 }
 
 struct Entry {
