@@ -369,6 +369,15 @@ async fn in_progress_panicked_and_dropped_spans() {
     let d = spans(dropped);
     assert_eq!(d.len(), 1);
     assert_call_span(&d[0].1, "memory", "dropped");
+
+    // A future dropped before its first poll did nothing, and reports nothing.
+    let never = "trace.never-polled";
+    drop(
+        idem.call(never)
+            .key("SECRET-KEY-4242")
+            .run(async { Ok::<_, Error>(()) }),
+    );
+    assert!(spans(never).is_empty());
     assert_no_secrets();
 }
 
