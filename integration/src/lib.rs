@@ -5,6 +5,8 @@
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
 pub mod harness;
+#[cfg(feature = "outbox")]
+pub mod outbox;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

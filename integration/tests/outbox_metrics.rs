@@ -8,16 +8,14 @@
 
 mod pg_common;
 
-use idem::outbox::{Delivery, Message, Outbox, Publisher, Relay, RelayOptions};
-use idem::BoxError;
+use idem::outbox::{Message, Outbox, Relay, RelayOptions};
+use idem_integration::outbox::RefusesSome;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
 use pg_common::*;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -113,23 +111,6 @@ impl Rec {
             .unwrap()
             .get(&id)
             .map_or(0, |v| v.0.load(Ordering::Relaxed))
-    }
-}
-
-/// Refuses the messages of topic `refused`, accepts the others.
-struct RefusesSome;
-
-impl Publisher for RefusesSome {
-    fn publish<'a>(
-        &'a self,
-        message: &'a Delivery,
-    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
-        Box::pin(async move {
-            if message.topic == "refused" {
-                return Err("no".into());
-            }
-            Ok(())
-        })
     }
 }
 
