@@ -256,10 +256,11 @@ impl MemoryStore {
     ) -> Result<(u64, S), R> {
         let now = local_now_ms();
         let mut st = self.lock(c.key);
-        st.evict(now, EVICT_PER_WRITE);
         if let Some(e) = st.live(c.key, now) {
             return Err(live(e, now));
         }
+        // A write (a replay is not one): what keeps memory bounded by the live keys.
+        st.evict(now, EVICT_PER_WRITE);
         let (started, now) = start(now);
         let previous = st.entries.get(c.key).map(|e| e.token);
         let token = next_token(previous, now);
