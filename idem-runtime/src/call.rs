@@ -18,7 +18,6 @@ use serde::{de::DeserializeOwned, Serialize};
 use setup::SetupBox;
 use std::borrow::Cow;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -276,7 +275,7 @@ impl Call {
         policy: P,
         into_err: fn(Error) -> E,
         body: Fut,
-    ) -> Result<Result<Outcome<T>, E>, Pin<Box<InSpan<impl Future<Output = Result<Outcome<T>, E>>>>>>
+    ) -> Result<Result<Outcome<T>, E>, InSpan<impl Future<Output = Result<Outcome<T>, E>>>>
     where
         T: Serialize + DeserializeOwned,
         P: ErrorPolicy<E>,
@@ -295,7 +294,7 @@ impl Call {
             begun => begun,
         };
         let rest = call.go_on(begun, obs, policy, into_err, body);
-        Err(Box::pin(InSpan::new(span.clone(), rest)))
+        Err(InSpan::new(span.clone(), Box::pin(rest)))
     }
 }
 

@@ -118,31 +118,17 @@ pub(crate) fn call_span(name: &str) -> Option<Span> {
     (!span.is_disabled()).then_some(span)
 }
 
-pin_project_lite::pin_project! {
-    /// The rest of a call after its first poll, inside its span (when it has one): like
-    /// `tracing::Instrumented`, at no cost without a span (call.rs, `Call::first_poll`).
-    pub(crate) struct InSpan<F> {
-        span: Option<Span>,
-        // `None` only while being dropped.
-        #[pin]
-        fut: Option<F>,
-    }
-
-    impl<F> PinnedDrop for InSpan<F> {
-        /// A future dropped mid-call reports `dropped` from its drop: inside the span, as
-        /// events of a poll would be.
-        fn drop(this: Pin<&mut Self>) {
-            let mut this = this.project();
-            match this.span {
-                Some(span) => span.in_scope(|| this.fut.set(None)),
-                None => this.fut.set(None),
-            }
-        }
-    }
+/// The rest of a call after its first poll, inside its span (when it has one): like
+/// `tracing::Instrumented`, at no cost without a span (call.rs, `Call::first_poll`). The
+/// future is boxed, so this is `Unpin` and two words plus the span.
+pub(crate) struct InSpan<F> {
+    span: Option<Span>,
+    /// `None` only while being dropped.
+    fut: Option<Pin<Box<F>>>,
 }
 
 impl<F> InSpan<F> {
-    pub(crate) fn new(span: Option<Span>, fut: F) -> Self {
+    pub(crate) fn new(span: Option<Span>, fut: Pin<Box<F>>) -> Self {
         InSpan {
             span,
             fut: Some(fut),
@@ -154,14 +140,25 @@ impl<F: Future> Future for InSpan<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
+        let this = self.get_mut();
         let fut = this
             .fut
-            .as_pin_mut()
+            .as_mut()
             .expect("an InSpan is polled only before its drop");
-        match this.span {
-            Some(span) => span.in_scope(|| fut.poll(cx)),
-            None => fut.poll(cx),
+        match &this.span {
+            Some(span) => span.in_scope(|| fut.as_mut().poll(cx)),
+            None => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F> Drop for InSpan<F> {
+    /// A future dropped mid-call reports `dropped` from its drop: inside the span, as events
+    /// of a poll would be.
+    fn drop(&mut self) {
+        match &self.span {
+            Some(span) => span.in_scope(|| drop(self.fut.take())),
+            None => drop(self.fut.take()),
         }
     }
 }
