@@ -9,7 +9,9 @@
 //! Then, outside criterion, the replay of `idem` against `cached` as paired ratios
 //! (support/paired.rs) at c = 1 and c = 16, written as the note `paired-peers-replay.md`: the
 //! figure issue 24 asks to be within 2×; beside them the floor of any replay from stored bytes,
-//! a map lookup and the decode of the stored JSON (`lookup + decode`). `cargo bench -p idem-benches --bench peers`.
+//! a map lookup and the decode of the stored JSON (`lookup + decode`); and the same two replays
+//! of a unit result, whose decode is next to nothing, so that the ratio shows what idem's replay
+//! costs besides the decode. `cargo bench -p idem-benches --bench peers`.
 
 #[path = "support/drive.rs"]
 mod drive;
@@ -75,6 +77,20 @@ async fn with_idempotent(store: &idempotent::store::memory::MemoryStore, order: 
         }
         InsertResult::Exists(ExistingEntry::Processing(_)) => panic!("in progress"),
     }
+}
+
+/// [`with_idem`] with a result that takes next to nothing to decode (`null`), for the paired
+/// replays: what a replay costs besides the decode.
+#[idempotent(key = order, store = idem, skip(idem))]
+async fn with_idem_unit(order: u64, idem: &Idem) -> Result<(), idem::Error> {
+    black_box(order);
+    Ok(())
+}
+
+/// [`with_cached`] with a unit result, the peer of [`with_idem_unit`].
+#[cached]
+async fn with_cached_unit(order: u64) {
+    black_box(order);
 }
 
 #[cached]
@@ -164,6 +180,8 @@ fn paired_replays() {
     rt.block_on(async {
         with_idem(REPLAYED, 100, idem).await.unwrap();
         with_cached(REPLAYED).await;
+        with_idem_unit(REPLAYED, idem).await.unwrap();
+        with_cached_unit(REPLAYED).await;
     });
     let rows: Vec<_> = [1u64, 16]
         .into_iter()
@@ -184,13 +202,32 @@ fn paired_replays() {
             ("replay", conc, p)
         })
         .collect();
-    notes::write_note(
-        "paired-peers-replay.md",
-        &paired::table(
-            "memory store replays: idem against the memoiser cached",
-            &rows,
-        ),
+    // The same with a unit result: the decode, which `cached` never does, next to nothing.
+    let units: Vec<_> = [1u64, 16]
+        .into_iter()
+        .map(|conc| {
+            let p = paired::paired_by(conc, &["idem", "cached"], |v, calls| match v {
+                0 => rt.block_on(drive::drive(conc, calls, |_| async {
+                    let idem = PAIRED_IDEM.get().expect("set above");
+                    with_idem_unit(REPLAYED, idem).await.unwrap();
+                })),
+                _ => rt.block_on(drive::drive(conc, calls, |_| async {
+                    with_cached_unit(REPLAYED).await;
+                })),
+            });
+            ("replay of ()", conc, p)
+        })
+        .collect();
+    let mut note = paired::table(
+        "memory store replays: idem against the memoiser cached",
+        &rows,
     );
+    note.push('\n');
+    note.push_str(&paired::table(
+        "memory store replays of a unit result (nothing to decode to speak of)",
+        &units,
+    ));
+    notes::write_note("paired-peers-replay.md", &note);
 }
 
 criterion_group!(benches, bench);

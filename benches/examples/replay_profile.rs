@@ -11,7 +11,8 @@
 //! Two runs of different lengths, so that the difference is the replays alone (the runtime's
 //! start and the first, fresh call cancel out). A second argument `cached` profiles the peer
 //! the ratio is taken against instead: the memoiser `cached` on the same function
-//! (`benches/peers.rs`), so that both sides are counted the same way.
+//! (`benches/peers.rs`), so that both sides are counted the same way; `unit` profiles the
+//! replay of a unit result, which has next to nothing to decode.
 
 use cached::proc_macro::cached;
 use idem::{idempotent, Idem};
@@ -33,6 +34,14 @@ async fn with_idem(order: u64, amount: u64, idem: &Idem) -> Result<Receipt, idem
     })
 }
 
+/// [`with_idem`] with a unit result (`benches/peers.rs`): a replay with next to nothing to
+/// decode.
+#[idempotent(key = order, store = idem, skip(idem))]
+async fn with_idem_unit(order: u64, idem: &Idem) -> Result<(), idem::Error> {
+    black_box(order);
+    Ok(())
+}
+
 /// The peer of `benches/peers.rs`: memoised, no claim.
 #[cached]
 async fn with_cached(order: u64) -> Receipt {
@@ -47,7 +56,9 @@ fn main() -> Result<(), idem::Error> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
-    let peer = std::env::args().nth(2).is_some_and(|a| a == "cached");
+    let variant = std::env::args().nth(2);
+    let peer = variant.as_deref() == Some("cached");
+    let unit = variant.as_deref() == Some("unit");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,6 +73,15 @@ fn main() -> Result<(), idem::Error> {
             black_box(sum);
         });
         return Ok(());
+    }
+    if unit {
+        return rt.block_on(async {
+            with_idem_unit(7, &idem).await?;
+            for _ in 0..n {
+                with_idem_unit(7, &idem).await?;
+            }
+            Ok(())
+        });
     }
     rt.block_on(async {
         with_idem(7, 100, &idem).await?;
