@@ -24,6 +24,7 @@ mod observe;
 pub mod outbox;
 mod policy;
 pub mod protocol;
+mod record;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;

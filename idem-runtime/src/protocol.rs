@@ -4,7 +4,7 @@
 //! body, replaying a stored result, answering "in progress" and refusing a mismatch.
 
 use crate::key::Digest;
-use crate::store::{ClaimOutcome, Record, Status};
+use crate::record::{ClaimOutcome, Record, Status};
 use std::time::Duration;
 
 /// What a call does after its claim.

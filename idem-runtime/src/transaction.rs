@@ -46,10 +46,10 @@ use crate::call::{Begun, Call, Outcome, Prepared};
 use crate::context::CURRENT;
 use crate::error::Error;
 use crate::exec::Exec;
+use crate::handle::Idem;
 use crate::observe::{self, Obs};
 use crate::policy::{ErrorPolicy, ReleaseErrors};
 use crate::store::BoxFuture;
-use crate::Idem;
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 

@@ -28,6 +28,7 @@ mod migration;
 mod releases;
 
 pub use crate::backend::{Backend, UnknownScheme};
+pub use crate::record::{ClaimOutcome, Record, Status};
 pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
@@ -52,15 +53,6 @@ pub mod sqlite;
 
 /// A boxed, `Send` future: what every store method returns, so `Store` is object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The state of a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Claimed by an attempt whose lease ends at `expires_at`.
-    InProgress,
-    /// Finished; the stored value is replayed until `expires_at`.
-    Completed,
-}
 
 // The column encoding of the SQL stores.
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
@@ -89,37 +81,6 @@ impl Status {
     }
 }
 
-/// One stored record, as a store returns it. Times are milliseconds since the Unix epoch on the
-/// store's clock; `now` is that clock when the record was read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// The namespace the key belongs to.
-    pub name: String,
-    /// The key's digest.
-    pub key: Digest,
-    /// The fingerprint of the arguments of the attempt that claimed it.
-    pub fingerprint: Digest,
-    /// The fencing token of the attempt that holds or finished it.
-    pub token: u64,
-    /// In progress or completed.
-    pub status: Status,
-    /// The stored result (completed records only).
-    pub value: Option<Vec<u8>>,
-    /// When the current attempt claimed it.
-    pub created_at: i64,
-    /// End of the lease (in progress) or of the TTL (completed).
-    pub expires_at: i64,
-    /// The store's clock when the record was read.
-    pub now: i64,
-}
-
-impl Record {
-    /// Time left until the record stops being live.
-    pub fn remaining(&self) -> Duration {
-        Duration::from_millis(self.expires_at.saturating_sub(self.now).max(0) as u64)
-    }
-}
-
 /// A request to claim a key.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
@@ -131,18 +92,6 @@ pub struct Claim<'a> {
     pub fingerprint: &'a Digest,
     /// How long the claim lives without renewal.
     pub lease: Duration,
-}
-
-/// What a claim found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// There was no live record: this attempt now holds the key with this fencing token.
-    Claimed {
-        /// The new fencing token.
-        token: u64,
-    },
-    /// A live record exists; nothing was written.
-    Existing(Record),
 }
 
 /// A request to store a finished result.
