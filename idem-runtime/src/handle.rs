@@ -33,7 +33,7 @@ struct Inner {
     /// Completed results kept in this process ([`Idem::with_cache`]).
     cache: Option<Arc<ResultCache>>,
     /// The digests of keys this handle replayed, under its secret.
-    digest_memo: Arc<crate::key::DigestMemo>,
+    digest_memo: crate::key::DigestMemo,
     /// Keys and fingerprints digested with HMAC-SHA256 under this secret.
     #[cfg(feature = "keyed-digests")]
     digest_secret: Option<Arc<crate::key::DigestSecret>>,
@@ -140,7 +140,7 @@ impl Idem {
                 defaults,
                 codec,
                 cache: None,
-                digest_memo: Arc::default(),
+                digest_memo: Default::default(),
                 #[cfg(feature = "keyed-digests")]
                 digest_secret: None,
             }),
@@ -153,7 +153,7 @@ impl Idem {
         let mut inner = Arc::unwrap_or_clone(self.inner);
         change(&mut inner);
         // A new memo: digests remembered under the old configuration (its secret) stay there.
-        inner.digest_memo = Arc::default();
+        inner.digest_memo = Default::default();
         Idem {
             inner: Arc::new(inner),
         }

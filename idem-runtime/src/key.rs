@@ -826,7 +826,10 @@ const MEMO_MAX_INPUT: usize = 256;
 /// Direct-mapped, as a CPU cache is: a query has one slot, and a put replaces what the slot
 /// held. A miss only costs the digests the call computes anyway, so no eviction policy is worth
 /// its bookkeeping on every call (nor a cache crate's place in the dependency budget).
-#[derive(Debug)]
+///
+/// A clone answers for the same entries: a handle's configuration is cloned whole, and one
+/// that changes a setting is given a new memo (`Idem::reconfigured`).
+#[derive(Debug, Clone)]
 pub(crate) struct DigestMemo {
     id: u64,
 }
