@@ -183,41 +183,36 @@ fn paired_replays() {
         with_idem_unit(REPLAYED, idem).await.unwrap();
         with_cached_unit(REPLAYED).await;
     });
-    let rows: Vec<_> = [1u64, 16]
-        .into_iter()
-        .map(|conc| {
-            let names = ["idem", "cached", "lookup + decode"];
-            let p = paired::paired_by(conc, &names, |v, calls| match v {
-                0 => rt.block_on(drive::drive(conc, calls, |_| async {
-                    let idem = PAIRED_IDEM.get().expect("set above");
-                    black_box(with_idem(REPLAYED, 100, idem).await.unwrap());
-                })),
-                1 => rt.block_on(drive::drive(conc, calls, |_| async {
-                    black_box(with_cached(REPLAYED).await);
-                })),
-                _ => rt.block_on(drive::drive(conc, calls, |_| async {
-                    black_box(with_stored(REPLAYED));
-                })),
-            });
-            ("replay", conc, p)
-        })
-        .collect();
+    let rows = at_each_concurrency(
+        "replay",
+        &["idem", "cached", "lookup + decode"],
+        |conc, v, calls| match v {
+            0 => rt.block_on(drive::drive(conc, calls, |_| async {
+                let idem = PAIRED_IDEM.get().expect("set above");
+                black_box(with_idem(REPLAYED, 100, idem).await.unwrap());
+            })),
+            1 => rt.block_on(drive::drive(conc, calls, |_| async {
+                black_box(with_cached(REPLAYED).await);
+            })),
+            _ => rt.block_on(drive::drive(conc, calls, |_| async {
+                black_box(with_stored(REPLAYED));
+            })),
+        },
+    );
     // The same with a unit result: the decode, which `cached` never does, next to nothing.
-    let units: Vec<_> = [1u64, 16]
-        .into_iter()
-        .map(|conc| {
-            let p = paired::paired_by(conc, &["idem", "cached"], |v, calls| match v {
-                0 => rt.block_on(drive::drive(conc, calls, |_| async {
-                    let idem = PAIRED_IDEM.get().expect("set above");
-                    with_idem_unit(REPLAYED, idem).await.unwrap();
-                })),
-                _ => rt.block_on(drive::drive(conc, calls, |_| async {
-                    with_cached_unit(REPLAYED).await;
-                })),
-            });
-            ("replay of ()", conc, p)
-        })
-        .collect();
+    let units = at_each_concurrency(
+        "replay of ()",
+        &["idem", "cached"],
+        |conc, v, calls| match v {
+            0 => rt.block_on(drive::drive(conc, calls, |_| async {
+                let idem = PAIRED_IDEM.get().expect("set above");
+                with_idem_unit(REPLAYED, idem).await.unwrap();
+            })),
+            _ => rt.block_on(drive::drive(conc, calls, |_| async {
+                with_cached_unit(REPLAYED).await;
+            })),
+        },
+    );
     let mut note = paired::table(
         "memory store replays: idem against the memoiser cached",
         &rows,
@@ -228,6 +223,22 @@ fn paired_replays() {
         &units,
     ));
     notes::write_note("paired-peers-replay.md", &note);
+}
+
+/// The paired comparison of `names` at c = 1 and c = 16, as rows of a [`paired::table`]:
+/// `run(conc, v, calls)` makes `calls` calls of variant `v` at concurrency `conc`.
+fn at_each_concurrency(
+    call: &'static str,
+    names: &[&'static str],
+    run: impl Fn(u64, usize, u64) -> Duration,
+) -> Vec<(&'static str, u64, paired::Paired)> {
+    [1u64, 16]
+        .into_iter()
+        .map(|conc| {
+            let p = paired::paired_by(conc, names, |v, calls| run(conc, v, calls));
+            (call, conc, p)
+        })
+        .collect()
 }
 
 criterion_group!(benches, bench);
