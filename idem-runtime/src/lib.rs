@@ -10,6 +10,8 @@ mod backend;
 mod cache;
 mod call;
 mod codec;
+#[cfg(feature = "consume")]
+pub mod consume;
 mod context;
 pub mod cron;
 mod error;
