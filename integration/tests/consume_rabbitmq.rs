@@ -157,10 +157,27 @@ async fn consumers_resume_after_the_broker_closes_their_connections(url: String)
     .await
     .unwrap();
     let before = effects.distinct();
-    wait_until(Duration::from_secs(60), "every message handled", || {
-        a.stats.processed() + b.stats.processed() >= n as u64
+    let progress = || {
+        let s = |s: &idem::consume::Stats| {
+            (
+                s.processed(),
+                s.replayed(),
+                s.in_progress(),
+                s.broker_errors(),
+            )
+        };
+        format!(
+            "{} of {n} handled; a {:?}, b {:?}",
+            effects.distinct(),
+            s(&a.stats),
+            s(&b.stats)
+        )
+    };
+    try_wait_until(Duration::from_secs(30), "every message handled", || {
+        effects.distinct() >= n
     })
-    .await;
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {}", progress()));
     let (a, b) = (a.stop().await, b.stop().await);
     let counts = effects.snapshot();
     assert_eq!(counts.len(), n);
