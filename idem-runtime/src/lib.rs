@@ -15,7 +15,6 @@ pub mod consume;
 mod context;
 pub mod cron;
 mod error;
-mod exec;
 mod handle;
 #[cfg(feature = "http")]
 pub mod http;
