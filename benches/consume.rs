@@ -24,7 +24,11 @@ const CONCURRENCY: usize = 8;
 const PREFETCH: u16 = 32;
 
 fn unique() -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000_000;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
     format!("b{}x{nanos}", std::process::id())
 }
 
@@ -40,10 +44,18 @@ impl Broker for Rabbit {
         let run = unique();
         let conn = rabbitmq::connect(&self.0).await.unwrap();
         let publisher = rabbitmq::Publisher::new(&conn).await.unwrap();
-        let (queue, dead) = (format!("idem.bench.{run}"), format!("idem.bench.{run}.dead"));
-        rabbitmq::declare_quorum_queue(publisher.channel(), &queue).await.unwrap();
+        let (queue, dead) = (
+            format!("idem.bench.{run}"),
+            format!("idem.bench.{run}.dead"),
+        );
+        rabbitmq::declare_quorum_queue(publisher.channel(), &queue)
+            .await
+            .unwrap();
         for i in 0..N {
-            publisher.publish(&queue, &format!("m-{i}"), b"{\"amount\":1000}").await.unwrap();
+            publisher
+                .publish(&queue, &format!("m-{i}"), b"{\"amount\":1000}")
+                .await
+                .unwrap();
         }
         Box::new(rabbitmq::Queue::new(self.0.clone(), queue, dead))
     }
@@ -88,7 +100,11 @@ impl Broker for Nats {
             })
             .await
             .unwrap();
-        Box::new(nats::JetStream::new(js, consumer, format!("{subject}.dead")))
+        Box::new(nats::JetStream::new(
+            js,
+            consumer,
+            format!("{subject}.dead"),
+        ))
     }
 }
 
@@ -106,7 +122,10 @@ impl Broker for Mqtt {
         options.set_clean_start(false);
         // The consumer's session subscribes, then goes offline: the messages wait in it.
         let (client, mut events) = AsyncClient::new(options.clone(), 16);
-        client.subscribe(topic.clone(), QoS::AtLeastOnce).await.unwrap();
+        client
+            .subscribe(topic.clone(), QoS::AtLeastOnce)
+            .await
+            .unwrap();
         loop {
             if let Ok(Event::Incoming(Packet::SubAck(_))) = events.poll().await {
                 break;
@@ -114,8 +133,10 @@ impl Broker for Mqtt {
         }
         client.disconnect().await.unwrap();
         while events.poll().await.is_ok() {}
-        let (publisher, mut events) =
-            AsyncClient::new(MqttOptions::new(format!("{run}-p"), self.0.clone(), self.1), 64);
+        let (publisher, mut events) = AsyncClient::new(
+            MqttOptions::new(format!("{run}-p"), self.0.clone(), self.1),
+            64,
+        );
         let acked = Arc::new(AtomicUsize::new(0));
         let counter = acked.clone();
         let poller = tokio::spawn(async move {
@@ -126,15 +147,24 @@ impl Broker for Mqtt {
             }
         });
         for i in 0..N {
-            mqtt::publish(&publisher, &topic, &format!("m-{i}"), &b"{\"amount\":1000}"[..])
-                .await
-                .unwrap();
+            mqtt::publish(
+                &publisher,
+                &topic,
+                &format!("m-{i}"),
+                &b"{\"amount\":1000}"[..],
+            )
+            .await
+            .unwrap();
         }
         while acked.load(Ordering::SeqCst) < N {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         poller.abort();
-        Box::new(mqtt::Subscription::new(options, topic.clone(), format!("{topic}/dead")))
+        Box::new(mqtt::Subscription::new(
+            options,
+            topic.clone(),
+            format!("{topic}/dead"),
+        ))
     }
 }
 
@@ -147,10 +177,11 @@ async fn bare(mut source: Box<dyn Source>) -> Duration {
     let mut tasks = tokio::task::JoinSet::new();
     while acked.load(Ordering::SeqCst) < N {
         let slot = slots.clone().acquire_owned().await.unwrap();
-        let delivery: Box<dyn Delivery> = match tokio::time::timeout(Duration::from_millis(50), source.next()).await {
-            Ok(Some(Ok(d))) => d,
-            _ => continue,
-        };
+        let delivery: Box<dyn Delivery> =
+            match tokio::time::timeout(Duration::from_millis(50), source.next()).await {
+                Ok(Some(Ok(d))) => d,
+                _ => continue,
+            };
         let acked = acked.clone();
         tasks.spawn(async move {
             delivery.ack().await.unwrap();
@@ -170,7 +201,8 @@ async fn through_idem(source: Box<dyn Source>, idem: &Idem) -> Duration {
     let stats = consumer.stats();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let start = Instant::now();
-    let task = tokio::spawn(consumer.run(source, stopped, |_msg| async { Ok::<_, idem::Error>(()) }));
+    let task =
+        tokio::spawn(consumer.run(source, stopped, |_msg| async { Ok::<_, idem::Error>(()) }));
     while stats.processed() < N as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -199,7 +231,10 @@ async fn bench(name: &str, broker: &impl Broker, postgres: Option<&Idem>) {
     let bare = median(b);
     println!("| {name} | bare | {bare:.0} | 1.00 |");
     let memory = median(m);
-    println!("| {name} | memory store | {memory:.0} | {:.2} |", memory / bare);
+    println!(
+        "| {name} | memory store | {memory:.0} | {:.2} |",
+        memory / bare
+    );
     if !p.is_empty() {
         let pg = median(p);
         println!("| {name} | PostgreSQL store | {pg:.0} | {:.2} |", pg / bare);
@@ -227,6 +262,11 @@ async fn main() {
         let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
         let (host, port) = rest.rsplit_once(':').unwrap_or((rest, "1883"));
         let port = port.trim_end_matches('/').parse().unwrap();
-        bench("MQTT 5 (Mosquitto)", &Mqtt(host.to_owned(), port), postgres.as_ref()).await;
+        bench(
+            "MQTT 5 (Mosquitto)",
+            &Mqtt(host.to_owned(), port),
+            postgres.as_ref(),
+        )
+        .await;
     }
 }
