@@ -360,9 +360,13 @@ fn parse_file(path: &std::path::Path) -> Result<File, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+        let line = e.span().map(|s| {
+            text.as_bytes()[..s.start.min(text.len())]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                + 1
+        });
         let msg = e.message().trim_end();
         match line {
             Some(line) => ConfigError(format!("{}:{line}: {msg}", path.display())),
