@@ -513,7 +513,7 @@ impl Settings {
             })
             .collect();
         // the longest prefix first: the first match is the most specific
-        routes.sort_by(|a, b| b.path.len().cmp(&a.path.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.path.len()));
         Ok(Settings {
             listen,
             upstream,
