@@ -514,3 +514,82 @@ async fn sigterm_waits_for_the_request_in_flight() {
     assert!(status.success(), "{status:?}");
     assert_eq!(runs(&up).await, 1);
 }
+
+#[tokio::test]
+async fn max_in_flight_bounds_the_upstream_calls() {
+    let (_up, up) = python_upstream(0);
+    let px = proxy(
+        &up,
+        &[
+            "--store",
+            "memory",
+            "--allow-anonymous",
+            "--max-in-flight",
+            "1",
+        ],
+    );
+    let url = format!("{}/charges?delay_ms=1000", px.url);
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, Some("\"q-1\""), None, "a").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = post(&url, Some("\"q-2\""), None, "a").await;
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(second.headers().contains_key("retry-after"));
+    assert!(problem_type(second).await.ends_with("#overloaded"));
+    assert_eq!(first.await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(runs(&up).await, 1);
+}
+
+#[tokio::test]
+async fn the_log_has_one_line_per_request_with_the_key_digest_never_the_key_or_credential() {
+    let (_up, up) = python_upstream(0);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("proxy.log");
+    let mut child = proxy_command(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--store",
+        "memory",
+        "--principal-header",
+        "authorization",
+    ])
+    .env("IDEM_PROXY_LOG", "info")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.split_whitespace().nth(3).unwrap().to_owned();
+    let key = "\"key-that-must-not-be-logged\"";
+    let auth = "Bearer token-that-must-not-be-logged";
+    post(&format!("{url}/charges"), Some(key), Some(auth), "a").await;
+    post(&format!("{url}/charges"), Some(key), Some(auth), "a").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("must-not-be-logged"), "{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "request")
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["outcome"], "fresh");
+    assert_eq!(lines[1]["outcome"], "replayed");
+    assert_eq!(lines[0]["route"], "*");
+    assert_eq!(lines[1]["status"], 201);
+    assert!(lines[1]["latency_us"].is_u64());
+    let digest = lines[0]["key_digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 32);
+    assert_eq!(lines[1]["key_digest"], digest);
+}
