@@ -20,7 +20,7 @@ use std::time::Duration;
     about = "A reverse proxy that makes the POST and PATCH requests of any HTTP service idempotent by their Idempotency-Key"
 )]
 pub struct Cli {
-    /// A TOML file with these settings and per-route ones ([[route]]); flags and environment
+    /// A TOML file with these settings and per-route ones (`[[route]]` tables); flags and environment
     /// variables override it.
     #[arg(long, env = "IDEM_PROXY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
