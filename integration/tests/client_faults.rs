@@ -23,6 +23,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A request that reached the server: its key, and the status answered (0: none).
+type Arrival = (Option<String>, u16);
+
 /// What the server saw.
 #[derive(Clone, Default)]
 struct Ledger {
@@ -30,7 +33,7 @@ struct Ledger {
     runs: Arc<Mutex<HashMap<String, Vec<Value>>>>,
     /// Every request that reached the server (outside the layer): its key and the status the
     /// layer answered (0: none, the client was gone).
-    arrivals: Arc<Mutex<Vec<(Option<String>, u16)>>>,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
     /// Runs of /unavailable.
     unavailable: Arc<AtomicUsize>,
     /// Runs of /stream.
