@@ -77,6 +77,13 @@ impl Backoff {
         self.delay_with(retry, retry_after, jitter_unit())
     }
 
+    /// The wait before polling a request in flight again: its `Retry-After`, capped at
+    /// [`Backoff::max_retry_after`], and at least the backoff's `initial` wait (a
+    /// `Retry-After: 0` would poll in a tight loop).
+    pub(super) fn in_flight(&self, retry_after: Duration) -> Duration {
+        retry_after.min(self.max_retry_after).max(self.initial)
+    }
+
     /// [`Backoff::delay`] with the random draw given: `unit` in `[0, 1]` picks the point of
     /// `[ceiling / 2, ceiling]`.
     fn delay_with(&self, retry: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
@@ -180,6 +187,14 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!(Backoff::default().max_retry_after, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_request_in_flight_is_polled_at_its_retry_after_within_bounds() {
+        let b = Backoff::new(100 * MS, 1000 * MS).max_retry_after(Duration::from_secs(3));
+        assert_eq!(b.in_flight(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(b.in_flight(Duration::from_secs(60)), Duration::from_secs(3));
+        assert_eq!(b.in_flight(Duration::ZERO), 100 * MS);
     }
 
     #[test]

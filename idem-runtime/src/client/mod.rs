@@ -14,8 +14,9 @@
 //! * on `429 Too Many Requests` and every `5xx`, after its `Retry-After` (capped) or, without
 //!   one, capped exponential backoff with jitter ([`Backoff`]);
 //!
-//! within a budget of attempts and of time ([`IdempotencyMiddleware::max_attempts`],
-//! [`IdempotencyMiddleware::max_elapsed`]). Never on `422` (the key was used with another
+//! within a budget of failed attempts and of time ([`IdempotencyMiddleware::max_attempts`],
+//! [`IdempotencyMiddleware::max_elapsed`]; waiting on a request in flight is bounded by time
+//! alone). Never on `422` (the key was used with another
 //! request) or any other `4xx`, nor on a `409` without `Retry-After` (an application's own
 //! conflict).
 //!
@@ -115,7 +116,11 @@ impl IdempotencyMiddleware {
         self
     }
 
-    /// The most attempts of one request, the first included (default 5; at least 1).
+    /// The most attempts of one request that fail (connection errors, timeouts, `429`, `5xx`),
+    /// the first included (default 5; at least 1). A `409` in flight is not a failure: the
+    /// server is running the request, and waiting for it is bounded by
+    /// [`IdempotencyMiddleware::max_elapsed`] alone, so a handler slower than the client's
+    /// timeout is waited for rather than given up on after a few polls.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
@@ -180,29 +185,39 @@ fn idempotent_method(method: &Method) -> bool {
     )
 }
 
-/// What a retry waits for, if the answer is to be retried: `Some(Some(d))` the server's
-/// `Retry-After`, `Some(None)` backoff; `None`: the answer is final.
-fn retry_of(answer: &reqwest_middleware::Result<Response>) -> Option<Option<Duration>> {
+/// Why an answer is retried.
+#[derive(Debug, PartialEq)]
+enum Retry {
+    /// The attempt failed (a transport error, `429`, `5xx`): it counts against
+    /// `max_attempts`; the server's `Retry-After`, if any.
+    Failed(Option<Duration>),
+    /// A request with the key is in flight (`409` with `Retry-After`): poll again after it.
+    InFlight(Duration),
+}
+
+/// Whether `answer` is retried, and why; `None`: it is final.
+fn retry_of(answer: &reqwest_middleware::Result<Response>) -> Option<Retry> {
     match answer {
-        Ok(res) => {
-            let status = res.status();
-            let after = backoff::retry_after(res.headers());
-            if status == StatusCode::CONFLICT {
-                // in flight: idem's layer (and Stripe) say when to come back; a 409 without
-                // Retry-After is the application's own conflict, which a retry does not cure
-                after.map(Some)
-            } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-                Some(after)
-            } else {
-                None
-            }
-        }
+        Ok(res) => retry_of_status(res.status(), backoff::retry_after(res.headers())),
         // connection refused or reset, the response lost, a timeout; not a request reqwest
         // could not build, a redirect loop, or an error of another middleware
         Err(reqwest_middleware::Error::Reqwest(e)) => {
-            (e.is_connect() || e.is_timeout() || e.is_request()).then_some(None)
+            (e.is_connect() || e.is_timeout() || e.is_request()).then_some(Retry::Failed(None))
         }
         Err(reqwest_middleware::Error::Middleware(_)) => None,
+    }
+}
+
+/// Whether a response of `status` with `Retry-After: after` is retried.
+fn retry_of_status(status: StatusCode, after: Option<Duration>) -> Option<Retry> {
+    if status == StatusCode::CONFLICT {
+        // in flight: idem's layer (and Stripe) say when to come back; a 409 without
+        // Retry-After is the application's own conflict, which a retry does not cure
+        after.map(Retry::InFlight)
+    } else if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        Some(Retry::Failed(after))
+    } else {
+        None
     }
 }
 
@@ -302,6 +317,7 @@ impl Middleware for IdempotencyMiddleware {
         let retryable = key.is_some() || idempotent_method(req.method());
         let start = Instant::now();
         let mut attempts = 0u32;
+        let mut failures = 0u32;
         loop {
             attempts += 1;
             // a copy goes and the original stays for the next attempt; a body that cannot
@@ -312,12 +328,14 @@ impl Middleware for IdempotencyMiddleware {
             };
             let answer = next.clone().run(copy, extensions).await;
             let wait = match retry_of(&answer) {
-                Some(after) if attempts < self.max_attempts => {
-                    let wait = self.backoff.delay(attempts, after);
-                    (start.elapsed() + wait <= self.max_elapsed).then_some(wait)
+                Some(Retry::Failed(after)) => {
+                    failures += 1;
+                    (failures < self.max_attempts).then(|| self.backoff.delay(failures, after))
                 }
-                _ => None,
-            };
+                Some(Retry::InFlight(after)) => Some(self.backoff.in_flight(after)),
+                None => None,
+            }
+            .filter(|wait| start.elapsed() + *wait <= self.max_elapsed);
             let Some(wait) = wait else {
                 return finish(answer, attempts, start, key);
             };
@@ -429,6 +447,29 @@ mod tests {
         }
         for m in [Method::POST, Method::PATCH, Method::CONNECT] {
             assert!(!idempotent_method(&m), "{m}");
+        }
+    }
+
+    #[test]
+    fn statuses_retried_and_why() {
+        let s = |code| StatusCode::from_u16(code).unwrap();
+        let one = Some(Duration::from_secs(1));
+        assert_eq!(
+            retry_of_status(s(409), one),
+            Some(Retry::InFlight(Duration::from_secs(1)))
+        );
+        assert_eq!(retry_of_status(s(409), None), None);
+        assert_eq!(retry_of_status(s(429), one), Some(Retry::Failed(one)));
+        assert_eq!(retry_of_status(s(429), None), Some(Retry::Failed(None)));
+        for code in [500, 502, 503, 504, 599] {
+            assert_eq!(
+                retry_of_status(s(code), None),
+                Some(Retry::Failed(None)),
+                "{code}"
+            );
+        }
+        for code in [200, 201, 204, 302, 304, 400, 401, 403, 404, 410, 413, 422] {
+            assert_eq!(retry_of_status(s(code), one), None, "{code}");
         }
     }
 
