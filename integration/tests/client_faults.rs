@@ -358,19 +358,20 @@ async fn lost_responses_and_cut_requests_run_each_request_once() {
 }
 
 #[tokio::test]
-async fn a_422_is_not_retried() {
+async fn a_callers_key_is_kept_across_retries_and_a_422_is_not_retried() {
     let server = serve().await;
     let proxy = Proxy::to(server.addr).await;
     let client = client(quick());
+    proxy.set(&[Fault::LoseResponse, Fault::CutRequest]);
     let first = send_charge(&client, &proxy, Some("order-17"), json!({ "amount": 1 }))
         .await
         .unwrap();
     assert_eq!(first.status(), 201);
-    assert_eq!(
-        delivery(&first).key(),
-        Some("order-17"),
-        "the caller's key is kept"
-    );
+    let d = delivery(&first);
+    assert_eq!(d.key(), Some("order-17"), "the caller's key is kept");
+    assert_eq!((d.attempts(), d.replayed()), (3, true));
+    // the lost attempt and the replayed one, both under the caller's key
+    assert_eq!(server.ledger.arrivals_of("order-17"), [201, 201]);
 
     // the same key with another body
     let before = proxy.connections.load(Ordering::SeqCst);
@@ -383,7 +384,7 @@ async fn a_422_is_not_retried() {
     assert!(!d.replayed());
     assert_eq!(proxy.connections.load(Ordering::SeqCst) - before, 1);
     assert_eq!(server.ledger.runs_of("order-17").len(), 1);
-    assert_eq!(server.ledger.arrivals_of("order-17"), [201, 422]);
+    assert_eq!(server.ledger.arrivals_of("order-17"), [201, 201, 422]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
