@@ -15,7 +15,6 @@ mod codec;
 mod context;
 pub mod cron;
 mod error;
-mod exec;
 mod handle;
 #[cfg(feature = "http")]
 pub mod http;
