@@ -12,6 +12,8 @@ mod call;
 #[cfg(feature = "client")]
 pub mod client;
 mod codec;
+#[cfg(feature = "consume")]
+pub mod consume;
 mod context;
 pub mod cron;
 mod error;
