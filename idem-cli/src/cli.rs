@@ -94,6 +94,8 @@ pub(crate) enum Command {
     },
     /// Count records by namespace and state
     Stats,
+    /// The operators' web board: counts, lists, a key's record and steps, confirmed actions
+    Board(crate::board::BoardArgs),
     /// The transactional outbox (PostgreSQL or MySQL, by the URL): its messages, dead letters and purge
     Outbox {
         #[command(subcommand)]
@@ -159,6 +161,7 @@ impl Command {
             Command::Release { .. } => "release",
             Command::Purge { .. } => "purge",
             Command::Stats => "stats",
+            Command::Board(_) => "board",
             Command::Outbox { command, .. } => match command {
                 OutboxCommand::Migrate => "outbox migrate",
                 OutboxCommand::Stats => "outbox stats",
