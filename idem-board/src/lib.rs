@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod counts;
 mod outbox;
 mod pages;
 mod routes;
@@ -87,6 +88,8 @@ pub(crate) struct App {
     /// The password, scrubbed from any error text a page shows.
     pub(crate) password: Option<String>,
     pub(crate) auth: auth::Auth,
+    /// The overview's last count.
+    pub(crate) counts: counts::Counts,
 }
 
 impl App {
@@ -144,7 +147,10 @@ impl Board {
             shown_url,
             password,
             auth: auth::Auth::new(options.token)?,
+            counts: counts::Counts::default(),
         });
+        // The first count starts now, so that the first overview seldom waits for it.
+        counts::recount(&app);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| Error::config(format!("cannot listen on {}: {e}", options.listen)))?;

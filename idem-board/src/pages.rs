@@ -13,7 +13,7 @@ main{padding:16px 24px;max-width:1200px}
 h1{font-size:20px;margin:8px 0 16px}h2{font-size:16px;margin:24px 0 8px}
 table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:8px}
 th,td{border-bottom:1px solid #e3e6ea;padding:6px 10px;text-align:left;vertical-align:top}
-th{background:#eef1f4;font-weight:600}td.n,th.n{text-align:right}
+th{background:#eef1f4;font-weight:600}td.t,td.n{white-space:nowrap}td.n,th.n{text-align:right}
 code,.mono{font-family:ui-monospace,monospace;font-size:12px}
 pre{background:#fff;border:1px solid #e3e6ea;padding:10px;overflow:auto;max-height:400px}
 .cards{display:flex;gap:12px;flex-wrap:wrap}.card{background:#fff;border:1px solid #e3e6ea;

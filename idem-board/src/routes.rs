@@ -2,6 +2,7 @@
 //! the actions are POSTs, each behind a confirmation page and the CSRF token.
 
 use crate::auth;
+use crate::counts::{self, SOON};
 use crate::pages::{self, confirm, page, state};
 use crate::time::{span, utc};
 use crate::App;
@@ -25,8 +26,6 @@ type Shared = State<Arc<App>>;
 
 /// Records per page of a listing.
 const PAGE: usize = 50;
-/// What "expiring soon" means on the overview.
-const SOON: Duration = Duration::from_secs(300);
 
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -170,11 +169,16 @@ fn records_table(rows: &[KeyInfo], id: &str) -> Markup {
             @for r in rows {
                 tr.record data-key=(r.key.to_hex()) {
                     td { a.mono href={ "/keys/" (r.key.to_hex()) } title=(r.key.to_hex()) { (short(&r.key)) } }
-                    td { (r.name) }
+                    td {
+                        @match parent_of(&r.name) {
+                            Some((parent, step)) => { "step " code { (step) } span.muted { " of " (&parent[..16]) "…" } }
+                            None => (r.name),
+                        }
+                    }
                     td { (key_state(r.status, r.expires_at, r.now)) }
                     td.n { (r.token) }
-                    td title=(utc(r.created_at)) { (span(r.now - r.created_at)) " ago" }
-                    td title=(utc(r.expires_at)) { (span(r.expires_at - r.now)) }
+                    td.t title=(utc(r.created_at)) { (span(r.now - r.created_at)) " ago" }
+                    td.t title=(utc(r.expires_at)) { (span(r.expires_at - r.now)) }
                     td.n { @if let Some(n) = r.value_size { (n) " B" } }
                 }
             }
@@ -184,10 +188,11 @@ fn records_table(rows: &[KeyInfo], id: &str) -> Markup {
 }
 
 async fn overview(State(app): Shared, Query(done): Query<Done>) -> Response {
-    let overview = match app.store.overview(SOON).await {
-        Ok(o) => o,
+    let snapshot = match counts::current(&app).await {
+        Ok(s) => s,
         Err(e) => return failure(&app, &e),
     };
+    let overview = &snapshot.overview;
     let soonest = match app
         .store
         .page(&PageQuery::new(Filter::new().limit(10)))
@@ -275,7 +280,11 @@ async fn overview(State(app): Shared, Query(done): Query<Done>) -> Response {
                 Err(e) => div.error { (app.scrub(e)) },
             }
         }
-        p.muted { "Store clock: " (utc(now)) }
+        p.muted id="counted" {
+            "Counted " (span(snapshot.at.elapsed().as_millis() as i64)) " ago in "
+            (span(snapshot.took.as_millis() as i64)) " (store clock " (utc(now)) "); "
+            "recounted when older than " (span(counts::REFRESH.as_millis() as i64)) " as this page is shown."
+        }
     };
     html(page(&app, "Overview", body))
 }
@@ -515,7 +524,9 @@ async fn release(
     let Some(key) = digest(&hex) else {
         return not_found(State(app)).await;
     };
-    match app.store.force_release(&key).await {
+    let released = app.store.force_release(&key).await;
+    counts::recount(&app);
+    match released {
         Ok(Some(_)) => {
             Redirect::to(&format!("/keys/{}?done=released", key.to_hex())).into_response()
         }
@@ -525,13 +536,13 @@ async fn release(
 }
 
 async fn confirm_purge(State(app): Shared) -> Response {
-    let overview = match app.store.overview(SOON).await {
-        Ok(o) => o,
+    let snapshot = match counts::current(&app).await {
+        Ok(s) => s,
         Err(e) => return failure(&app, &e),
     };
-    let expired: u64 = overview.names.iter().map(|s| s.expired).sum();
+    let expired: u64 = snapshot.overview.names.iter().map(|s| s.expired).sum();
     let what = html! {
-        p { "Delete the " b { (expired) } " records that are no longer live, in batches of 1,000." }
+        p { "Delete the records that are no longer live (" b { (expired) } " at the last count), in batches of 1,000." }
         p.muted { "They replay nothing and hold no claim: a purge only frees their space. Live records are kept." }
     };
     html(confirm(
@@ -548,7 +559,9 @@ async fn purge(State(app): Shared, Form(form): Form<ActionForm>) -> Response {
     if !app.auth.csrf_matches(&form.csrf) {
         return forbidden(&app);
     }
-    match admin::purge_expired(app.store.as_ref(), 1000, |_| {}).await {
+    let purged = admin::purge_expired(app.store.as_ref(), 1000, |_| {}).await;
+    app.counts.drop_snapshot();
+    match purged {
         Ok(n) => Redirect::to(&format!("/?done=purged&n={n}")).into_response(),
         Err(e) => failure(&app, &e),
     }
