@@ -9,11 +9,12 @@ pub mod admin;
 mod backend;
 mod cache;
 mod call;
+#[cfg(feature = "client")]
+pub mod client;
 mod codec;
 mod context;
 pub mod cron;
 mod error;
-mod exec;
 mod handle;
 #[cfg(feature = "http")]
 pub mod http;

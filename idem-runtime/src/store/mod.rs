@@ -23,12 +23,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+mod executor;
 mod inspect;
 mod migration;
 mod releases;
 
 pub use crate::backend::{Backend, UnknownScheme};
 pub use crate::record::{ClaimOutcome, Record, Status};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use executor::Connection;
+pub use executor::Executor;
 pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{
     summary_name, Cursor, Filter, Inspect, KeyInfo, NameSummary, Overview, PageQuery, Stat, State,
@@ -181,6 +185,16 @@ pub trait Store: Send + Sync + 'static {
     /// record as it was, or `None` when the key had no live record (nothing is changed then).
     fn force_release<'a>(&'a self, key: &'a Digest)
         -> BoxFuture<'a, Result<Option<Record>, Error>>;
+
+    /// An [`Executor`] that runs this store's claim, completion and release on `conn`, a
+    /// caller's connection inside its transaction, with the same statements as the store's own
+    /// steps (the transactional mode: `Call::in_transaction`). `None` (the default) when this
+    /// store is not of that connection's database.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn in_transaction<'a>(&'a self, conn: Connection<'a>) -> Option<Box<dyn Executor + 'a>> {
+        let _ = conn;
+        None
+    }
 }
 
 /// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of
