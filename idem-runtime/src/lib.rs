@@ -9,6 +9,8 @@ pub mod admin;
 mod backend;
 mod cache;
 mod call;
+#[cfg(feature = "client")]
+pub mod client;
 mod codec;
 #[cfg(feature = "consume")]
 pub mod consume;

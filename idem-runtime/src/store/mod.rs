@@ -34,7 +34,9 @@ pub use crate::record::{ClaimOutcome, Record, Status};
 pub use executor::Connection;
 pub use executor::Executor;
 pub(crate) use inspect::{count_states, finish_listing};
-pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
+pub use inspect::{
+    summary_name, Cursor, Filter, Inspect, KeyInfo, NameSummary, Overview, PageQuery, Stat, State,
+};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
 #[cfg_attr(
     not(any(feature = "postgres", feature = "redis")),
