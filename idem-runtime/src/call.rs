@@ -485,6 +485,7 @@ impl Prepared {
             key: &self.key,
             fingerprint: &self.fingerprint,
             lease: self.lease,
+            ttl: self.ttl,
         }
     }
 
@@ -539,6 +540,12 @@ impl Prepared {
                 Err(e) => Err(fail(obs, e, into_err)),
             },
             Verdict::Mismatch => Err(fail(obs, self.mismatch(), into_err)),
+            // Until the engine answers a parked key with its own error: never the body.
+            Verdict::OutcomeUnknown => Err(fail(
+                obs,
+                self.in_progress(protocol::MAX_RETRY_AFTER),
+                into_err,
+            )),
             Verdict::InProgress { retry_after } => {
                 Err(fail(obs, self.in_progress(retry_after), into_err))
             }

@@ -13,7 +13,7 @@
 //! victim, so only the caller can run it again. Completion and release leave out the lease's
 //! end: here the row lock is the lease.
 
-use super::{claim_exhausted, ms, my_error, record_from, MysqlStore, CLAIM_ATTEMPTS};
+use super::{claim_exhausted, claim_on, ms, my_error, record_from, MysqlStore, CLAIM_ATTEMPTS};
 use crate::error::Error;
 use crate::key::Digest;
 use crate::store::{Claim, ClaimOutcome, Complete};
@@ -36,20 +36,11 @@ pub(crate) async fn claim(
     }
     let sql = &store.inner.sql;
     for _ in 0..CLAIM_ATTEMPTS {
-        let done = sqlx::query(&sql.claim)
-            .bind(&claim.key.0[..])
-            .bind(claim.name)
-            .bind(&claim.fingerprint.0[..])
-            .bind(ms(claim.lease))
-            .bind(claim.name)
-            .bind(&claim.fingerprint.0[..])
-            .bind(ms(claim.lease))
-            .execute(&mut *conn)
+        let (token, takeover) = claim_on(&sql.claim, &mut *conn, claim)
             .await
             .map_err(|e| my_error("claim", e))?;
-        let token = done.last_insert_id();
         if token != 0 {
-            return Ok(ClaimOutcome::Claimed { token });
+            return Ok(ClaimOutcome::Claimed { token, takeover });
         }
         let row = sqlx::query(&sql.get_for_update)
             .bind(&claim.key.0[..])

@@ -7,11 +7,13 @@ use crate::{Call, Idem, KeepErrors, Outcome};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod abandoned;
 mod calls;
 mod failures;
 mod operators;
 mod steps;
 
+pub use abandoned::*;
 pub use calls::*;
 pub use failures::*;
 pub use operators::*;
