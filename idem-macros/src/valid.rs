@@ -23,7 +23,8 @@ pub fn check(args: &Args, func: &ItemFn) -> syn::Result<Checked> {
     transaction_excludes(args, &mut errors);
     if let (Some(_), Some(OnAbandonedArg::Park)) = (&args.reconcile, args.on_abandoned) {
         errors.push(syn::Error::new(
-            args.span_of(Opt::OnAbandoned).unwrap_or_else(Span::call_site),
+            args.span_of(Opt::OnAbandoned)
+                .unwrap_or_else(Span::call_site),
             "`on_abandoned = park` has no effect with `reconcile = …`: the reconcile decides a \
              takeover (`Ok(None)` runs the body, `Err(_)` leaves the key abandoned); remove one \
              of the two",

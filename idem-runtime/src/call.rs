@@ -363,7 +363,16 @@ impl Call {
         let attempt = async {
             match lease::caught(CURRENT.scope(context, body)).await {
                 Ok(result) => Ok(call
-                    .settle(&mut exec, obs, token, Some(&held), &policy, result, recovery, &reconciled)
+                    .settle(
+                        &mut exec,
+                        obs,
+                        token,
+                        Some(&held),
+                        &policy,
+                        result,
+                        recovery,
+                        &reconciled,
+                    )
                     .await),
                 Err(panic) => {
                     call.release(&mut exec, obs, token, Some(&held)).await;

@@ -189,7 +189,10 @@ impl Obs {
         if let Some(span) = &self.span {
             span.record("idem.takeover", outcome);
         }
-        tracing::info!(idem.takeover = outcome, "idem: took over an abandoned attempt");
+        tracing::info!(
+            idem.takeover = outcome,
+            "idem: took over an abandoned attempt"
+        );
         #[cfg(feature = "metrics")]
         metrics::counter!("idem_takeovers_total", "name" => self.name.clone(), "outcome" => outcome)
             .increment(1);

@@ -44,8 +44,6 @@
 
 use crate::call::{Begun, Call, Failed, Outcome, Prepared};
 use crate::context::{Recovery, CURRENT};
-use std::sync::atomic::AtomicU8;
-use std::sync::Arc;
 use crate::error::Error;
 use crate::handle::Idem;
 use crate::observe::{self, Obs};
@@ -53,6 +51,8 @@ use crate::policy::{ErrorPolicy, ReleaseErrors};
 use crate::store::{BoxFuture, Connection, Executor};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
 
 /// A caller's transaction that a transactional call writes its claim and result in: a
 /// `sqlx::Transaction` of PostgreSQL (feature `postgres`) or of MySQL (feature `mysql`), or

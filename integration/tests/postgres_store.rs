@@ -780,8 +780,9 @@ async fn completions_notify_one_shared_listener(url: String) {
         key: &key,
         fingerprint: &fp,
         lease: Duration::from_secs(30),
+        ttl: Duration::ZERO,
     };
-    let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
+    let ClaimOutcome::Claimed { token, .. } = store.claim(claim).await.unwrap() else {
         panic!()
     };
     let waiter = {

@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicU8;
 impl Prepared {
     /// The claim took over an abandoned attempt: park the key (`on_abandoned = park`, no
     /// reconcile), or go on with the attempt's [`Recovery`].
-    pub(crate) async fn take_over<T, E>(
+    pub(crate) async fn take_over<E>(
         &self,
         exec: &mut dyn Executor,
         obs: &mut Obs,

@@ -46,7 +46,8 @@ impl Filter {
         self
     }
 
-    /// Only records with `status` (`None`: both).
+    /// Only records with `status` (`None`: any). `Some(Status::Parked)` lists the parked keys,
+    /// the ones waiting for an operator's resolve.
     pub fn status(mut self, status: Option<Status>) -> Self {
         self.status = status;
         self
@@ -89,8 +90,12 @@ pub struct KeyInfo {
     pub fingerprint: Digest,
     /// The fencing token.
     pub token: u64,
-    /// In progress or completed.
+    /// In progress, completed or parked (a listing shows live records).
     pub status: Status,
+    /// The attempt number (1 unless the attempt took over an abandoned one).
+    pub attempt: u32,
+    /// Until when the store keeps the record.
+    pub keep_until: i64,
     /// Size of the stored result in bytes (completed records).
     pub value_size: Option<u64>,
     /// When the current attempt claimed it (ms since the epoch, store clock).
@@ -109,6 +114,8 @@ impl From<&Record> for KeyInfo {
             fingerprint: r.fingerprint,
             token: r.token,
             status: r.status,
+            attempt: r.attempt,
+            keep_until: r.keep_until,
             value_size: r.value.as_ref().map(|v| v.len() as u64),
             created_at: r.created_at,
             expires_at: r.expires_at,
@@ -124,21 +131,33 @@ pub enum State {
     InProgress,
     /// Live and completed.
     Completed,
-    /// No longer live, still stored: the next purge deletes it.
+    /// No longer live, still stored (expired, released, or abandoned and no longer kept): the
+    /// next purge deletes it.
     Expired,
+    /// Parked: an abandoned attempt whose outcome waits for an operator's resolve.
+    Parked,
+    /// Abandoned: in progress, its lease lapsed without a result or a release, still kept; the
+    /// next call with the key takes it over.
+    Abandoned,
 }
 
 impl State {
-    /// The state of a record with this status and expiry at `now`.
-    pub fn of(status: Status, expires_at: i64, now: i64) -> State {
+    /// The state of a record with this status, expiry and `keep_until` at `now`.
+    pub fn of(status: Status, expires_at: i64, keep_until: i64, now: i64) -> State {
+        if crate::protocol::abandoned(status, expires_at, keep_until, now) {
+            return State::Abandoned;
+        }
         match status {
+            Status::Parked => State::Parked,
             _ if !crate::protocol::is_live(expires_at, now) => State::Expired,
             Status::InProgress => State::InProgress,
             Status::Completed => State::Completed,
+            Status::Released => State::Expired,
         }
     }
 
-    /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired.
+    /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired,
+    /// 3 parked, 4 abandoned.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
         allow(dead_code)
@@ -148,6 +167,8 @@ impl State {
             0 => Some(State::InProgress),
             1 => Some(State::Completed),
             2 => Some(State::Expired),
+            3 => Some(State::Parked),
+            4 => Some(State::Abandoned),
             _ => None,
         }
     }
@@ -198,10 +219,19 @@ mod tests {
 
     #[test]
     fn states() {
-        assert_eq!(State::of(Status::InProgress, 10, 5), State::InProgress);
-        assert_eq!(State::of(Status::Completed, 10, 5), State::Completed);
-        assert_eq!(State::of(Status::Completed, 10, 10), State::Expired);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 5), State::InProgress);
+        assert_eq!(State::of(Status::Completed, 10, 10, 5), State::Completed);
+        assert_eq!(State::of(Status::Completed, 10, 10, 10), State::Expired);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 15), State::Abandoned);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 21), State::Expired);
+        assert_eq!(State::of(Status::Released, 10, 10, 10), State::Expired);
+        assert_eq!(
+            State::of(Status::Parked, i64::MAX, i64::MAX, 10),
+            State::Parked
+        );
         assert_eq!(State::from_code(2), Some(State::Expired));
-        assert_eq!(State::from_code(3), None);
+        assert_eq!(State::from_code(3), Some(State::Parked));
+        assert_eq!(State::from_code(4), Some(State::Abandoned));
+        assert_eq!(State::from_code(5), None);
     }
 }

@@ -12,7 +12,8 @@ impl Inspect for PostgresStore {
             let sql = format!(
                 "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
                  SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
-                        octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now, \
+                        e.attempt, e.keep_until \
                    FROM {r} e, clock \
                   WHERE e.expires_at > clock.now AND e.created_at <= clock.now - $1 \
                     AND ($2::text IS NULL OR e.name = $2) \
@@ -34,6 +35,7 @@ impl Inspect for PostgresStore {
                     let status: i16 = row.try_get(4).map_err(get)?;
                     let token: i64 = row.try_get(3).map_err(get)?;
                     let size: Option<i64> = row.try_get(5).map_err(get)?;
+                    let attempt: i32 = row.try_get(9).map_err(get)?;
                     Ok(KeyInfo {
                         key: digest_of("list", "key", row.try_get(0).map_err(get)?)?,
                         name: row.try_get(1).map_err(get)?,
@@ -49,6 +51,8 @@ impl Inspect for PostgresStore {
                         created_at: row.try_get(6).map_err(get)?,
                         expires_at: row.try_get(7).map_err(get)?,
                         now: row.try_get(8).map_err(get)?,
+                        attempt: u32::try_from(attempt).unwrap_or(1),
+                        keep_until: row.try_get(10).map_err(get)?,
                     })
                 })
                 .collect()
@@ -60,7 +64,9 @@ impl Inspect for PostgresStore {
             let sql = format!(
                 "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
                  SELECT e.name, \
-                        (CASE WHEN e.expires_at <= clock.now THEN 2 ELSE e.status END)::bigint, \
+                        (CASE WHEN e.status = 3 THEN 3 WHEN e.expires_at > clock.now THEN e.status \
+                              WHEN e.status = 0 AND e.keep_until >= clock.now THEN 4 \
+                              ELSE 2 END)::bigint, \
                         count(*) \
                    FROM {r} e, clock GROUP BY 1, 2 ORDER BY 1, 2",
                 r = self.inner.table.records
