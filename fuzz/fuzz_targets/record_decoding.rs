@@ -245,7 +245,7 @@ fn check_record(key: Digest, r: &Reply, fields: &[Value]) {
             }
             let _ = record.remaining();
             let fingerprint = record.fingerprint;
-            if let Decision::Replay(bytes) = decide_existing(record, &fingerprint) {
+            if let Decision::Replay { value: bytes, .. } = decide_existing(record, &fingerprint) {
                 check_all(&bytes);
             }
         }

@@ -242,7 +242,7 @@ impl ProtocolModel {
                 s.keys[ki].holder = Some((token, c));
                 s.clients[c as usize].phase = Phase::Running { token, lost: false };
             }
-            Decision::Replay(bytes) => {
+            Decision::Replay { value: bytes, .. } => {
                 let expected = s.keys[ki]
                     .completion
                     .filter(|&(_, _, until)| is_live(until, now))

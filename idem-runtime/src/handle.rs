@@ -23,10 +23,6 @@ pub struct Idem {
 #[derive(Clone)]
 struct Inner {
     store: Arc<dyn Store>,
-    /// The same store, for the engine to find a concrete store type where it needs one (the
-    /// transactional mode needs PostgreSQL's statements; a replay on the memory store decides
-    /// under its lock), without a per-backend hook on `Store`.
-    any: Arc<dyn std::any::Any + Send + Sync>,
     defaults: Defaults,
     /// What a result goes through on its way to the store and back.
     codec: Codec,
@@ -135,7 +131,6 @@ impl Idem {
         let codec = Codec::new(store.max_value_len());
         Idem {
             inner: Arc::new(Inner {
-                any: store.clone(),
                 store,
                 defaults,
                 codec,
@@ -357,11 +352,6 @@ impl Idem {
     /// The store behind this handle.
     pub fn store(&self) -> &dyn Store {
         &*self.inner.store
-    }
-
-    /// The store behind this handle as an `S`, if it is one.
-    pub(crate) fn store_as<S: Store>(&self) -> Option<&S> {
-        self.inner.any.downcast_ref::<S>()
     }
 
     /// The defaults of this handle.

@@ -717,19 +717,6 @@ impl KeyParts {
             fingerprint: self.fingerprint.clone().map(|f| &self.bytes[f]),
         })
     }
-
-    /// Empties these parts for another call, keeping the key buffer's memory when it is at
-    /// most `max` bytes (a call with a large key does not hold its memory for the next one).
-    pub(crate) fn clear(&mut self, max: usize) {
-        self.key = None;
-        self.fingerprint = None;
-        self.scope = None;
-        self.error = None;
-        self.bytes.clear();
-        if self.bytes.capacity() > max {
-            self.bytes = Vec::new();
-        }
-    }
 }
 
 /// What a call's two digests are computed from: a pure function of these bytes (and of the

@@ -13,7 +13,6 @@ mod codec;
 mod context;
 pub mod cron;
 mod error;
-mod exec;
 mod handle;
 #[cfg(feature = "http")]
 pub mod http;

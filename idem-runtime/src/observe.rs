@@ -20,8 +20,6 @@ use crate::store::Backend;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
 use tracing::level_filters::LevelFilter;
@@ -118,51 +116,6 @@ pub(crate) fn call_span(name: &str) -> Option<Span> {
     (!span.is_disabled()).then_some(span)
 }
 
-/// The rest of a call after its first poll, inside its span (when it has one): like
-/// `tracing::Instrumented`, at no cost without a span (call.rs, `Call::first_poll`). The
-/// future is boxed, so this is `Unpin` and two words plus the span.
-pub(crate) struct InSpan<F> {
-    span: Option<Span>,
-    /// `None` only while being dropped.
-    fut: Option<Pin<Box<F>>>,
-}
-
-impl<F> InSpan<F> {
-    pub(crate) fn new(span: Option<Span>, fut: Pin<Box<F>>) -> Self {
-        InSpan {
-            span,
-            fut: Some(fut),
-        }
-    }
-}
-
-impl<F: Future> Future for InSpan<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let fut = this
-            .fut
-            .as_mut()
-            .expect("an InSpan is polled only before its drop");
-        match &this.span {
-            Some(span) => span.in_scope(|| fut.as_mut().poll(cx)),
-            None => fut.as_mut().poll(cx),
-        }
-    }
-}
-
-impl<F> Drop for InSpan<F> {
-    /// A future dropped mid-call reports `dropped` from its drop: inside the span, as events
-    /// of a poll would be.
-    fn drop(&mut self) {
-        match &self.span {
-            Some(span) => span.in_scope(|| drop(self.fut.take())),
-            None => drop(self.fut.take()),
-        }
-    }
-}
-
 /// What one call reports: its outcome, token and store time, into its span and the metrics.
 /// Reports on drop, so that every way out of a call (a return, a panic going on, the caller
 /// dropping the future) reports exactly once.
@@ -226,14 +179,6 @@ impl Obs {
     pub(crate) async fn store<F: Future>(&mut self, op: &'static str, step: F) -> F::Output {
         let start = self.timed.then(Instant::now);
         let out = step.await;
-        self.took(op, start);
-        out
-    }
-
-    /// [`Obs::store`] for a store step that runs without a suspension point.
-    pub(crate) fn store_now<R>(&mut self, op: &'static str, step: impl FnOnce() -> R) -> R {
-        let start = self.timed.then(Instant::now);
-        let out = step();
         self.took(op, start);
         out
     }

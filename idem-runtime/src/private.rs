@@ -103,7 +103,8 @@ where
     P: ErrorPolicy<E>,
     Fut: Future<Output = Result<T, E>>,
 {
-    call.execute(policy, E::from_idem, body, Outcome::into_inner)
+    let call = call.execute(policy, body, E::from_idem);
+    async move { call.await.map(Outcome::into_inner) }
 }
 
 /// A `Duration` from a value the attribute accepted (a literal converted at compile time, or

@@ -24,7 +24,13 @@ pub enum Decision {
         takeover: Option<Takeover>,
     },
     /// A finished attempt with the same arguments: return its stored value.
-    Replay(Vec<u8>),
+    Replay {
+        /// The stored value.
+        value: Vec<u8>,
+        /// How long the record stays live (its TTL left): a result kept in this process is
+        /// kept no longer.
+        ttl_left: Duration,
+    },
     /// An attempt with the same arguments is running: ask again after this long
     /// ([`retry_after`] of the lease it has left).
     InProgress {
@@ -48,93 +54,21 @@ pub fn decide(outcome: ClaimOutcome, fingerprint: &Digest) -> Decision {
 
 /// Decides what a call does given a live record that is not its own.
 pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
-    let remaining = record.remaining();
-    decide_live(
-        &record.fingerprint,
-        record.status,
-        remaining,
-        || record.value,
-        fingerprint,
-    )
-    .into()
-}
-
-/// A [`Decision`] as the engine takes it, the replayed value held as `V`: a store that
-/// decides in place (the memory store) hands its stored value over shared, not copied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict<V> {
-    /// [`Decision::Run`].
-    Run { token: u64 },
-    /// [`Decision::Replay`].
-    Replay(V),
-    /// [`Decision::InProgress`].
-    InProgress { retry_after: Duration },
-    /// [`Decision::Mismatch`].
-    Mismatch,
-    /// [`Decision::OutcomeUnknown`].
-    OutcomeUnknown,
-}
-
-impl<V> Verdict<V> {
-    /// The same verdict, the replayed value converted by `f`.
-    pub(crate) fn map<W>(self, f: impl FnOnce(V) -> W) -> Verdict<W> {
-        match self {
-            Verdict::Run { token } => Verdict::Run { token },
-            Verdict::Replay(value) => Verdict::Replay(f(value)),
-            Verdict::InProgress { retry_after } => Verdict::InProgress { retry_after },
-            Verdict::Mismatch => Verdict::Mismatch,
-            Verdict::OutcomeUnknown => Verdict::OutcomeUnknown,
-        }
+    if record.fingerprint != *fingerprint {
+        return Decision::Mismatch;
     }
-}
-
-impl From<Decision> for Verdict<Vec<u8>> {
-    fn from(d: Decision) -> Self {
-        match d {
-            Decision::Run { token, .. } => Verdict::Run { token },
-            Decision::Replay(value) => Verdict::Replay(value),
-            Decision::InProgress { retry_after } => Verdict::InProgress { retry_after },
-            Decision::Mismatch => Verdict::Mismatch,
-            Decision::OutcomeUnknown => Verdict::OutcomeUnknown,
-        }
-    }
-}
-
-impl From<Verdict<Vec<u8>>> for Decision {
-    fn from(v: Verdict<Vec<u8>>) -> Self {
-        match v {
-            Verdict::Run { token } => Decision::Run {
-                token,
-                takeover: None,
-            },
-            Verdict::Replay(value) => Decision::Replay(value),
-            Verdict::InProgress { retry_after } => Decision::InProgress { retry_after },
-            Verdict::Mismatch => Decision::Mismatch,
-            Verdict::OutcomeUnknown => Decision::OutcomeUnknown,
-        }
-    }
-}
-
-/// [`decide_existing`] on the parts of a live record that it reads, the stored value taken only
-/// for a replay (a store that decides in place, the memory store, copies nothing else).
-pub(crate) fn decide_live<V: Default>(
-    stored: &Digest,
-    status: Status,
-    remaining: Duration,
-    value: impl FnOnce() -> Option<V>,
-    fingerprint: &Digest,
-) -> Verdict<V> {
-    if stored != fingerprint {
-        return Verdict::Mismatch;
-    }
-    match status {
+    let left = record.remaining();
+    match record.status {
         // A released record is never live (it ends as it is released); were one read live, it
         // is as good as free: ask again at once, and the claim takes it.
-        Status::InProgress | Status::Released => Verdict::InProgress {
-            retry_after: retry_after(remaining),
+        Status::InProgress | Status::Released => Decision::InProgress {
+            retry_after: retry_after(left),
         },
-        Status::Completed => Verdict::Replay(value().unwrap_or_default()),
-        Status::Parked => Verdict::OutcomeUnknown,
+        Status::Completed => Decision::Replay {
+            value: record.value.unwrap_or_default(),
+            ttl_left: left,
+        },
+        Status::Parked => Decision::OutcomeUnknown,
     }
 }
 
@@ -296,7 +230,7 @@ mod tests {
         );
         assert!(matches!(
             decide_existing(record(Status::Completed, 7), &fp),
-            Decision::Replay(v) if v == vec![1]
+            Decision::Replay { value, ttl_left } if value == vec![1] && ttl_left == Duration::from_millis(500)
         ));
         assert!(matches!(
             decide_existing(record(Status::InProgress, 7), &fp),

@@ -2,9 +2,9 @@
 //! are written **inside the caller's PostgreSQL or MySQL transaction**, with the same
 //! statements as the ordinary mode, so the handler's own writes and the idempotency record
 //! commit together or roll back together. It is the one engine of call.rs given another
-//! executor ([`Exec::Transaction`], [`Exec::MysqlTransaction`]); this file only resolves that
-//! executor from the transaction's type ([`InTransaction`]) and lends the body the transaction
-//! between the claim and the finish. What follows describes PostgreSQL; docs/mysql.md has the
+//! executor (the store's [`Store::in_transaction`](crate::Store::in_transaction)); this file
+//! only asks the handle's store for that executor on the transaction's connection
+//! ([`InTransaction`]) and lends the body the transaction between the claim and the finish. What follows describes PostgreSQL; docs/mysql.md has the
 //! same for MySQL (a duplicate waits on InnoDB's row lock likewise).
 //!
 //! # What a concurrent duplicate sees
@@ -42,14 +42,13 @@
 //! transactions that claim the same keys in opposite orders can deadlock; PostgreSQL aborts one
 //! (40P01) and its retry replays or runs.
 
-use crate::call::{Begun, Call, Outcome, Prepared};
+use crate::call::{Begun, Call, Failed, Outcome, Prepared};
 use crate::context::CURRENT;
 use crate::error::Error;
-use crate::exec::Exec;
 use crate::handle::Idem;
 use crate::observe::{self, Obs};
 use crate::policy::{ErrorPolicy, ReleaseErrors};
-use crate::store::BoxFuture;
+use crate::store::{BoxFuture, Connection, Executor};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 
@@ -69,35 +68,39 @@ pub trait InTransaction: Send {
     #[doc(hidden)]
     fn __idem_connection(&mut self) -> &mut Self::Connection;
 
-    /// The executor that writes on this connection with the handle's store, which must be of
-    /// the same database.
+    /// The connection as the stores take it.
     #[doc(hidden)]
-    fn __idem_executor<'a>(&'a mut self, idem: &'a Idem) -> Result<Exec<'a>, Error>;
+    fn __idem_sql(&mut self) -> Connection<'_>;
 }
 
-/// The error of a transactional call whose handle is on another store than its transaction.
-fn wrong_store(database: &str, idem: &Idem) -> Error {
-    Error::Config(format!(
-        "#[idempotent(transaction = …)] needs a {database} store; this handle's store is `{}`",
-        idem.store().backend()
-    ))
+/// The executor that writes on `conn` with the handle's store, which must be of the same
+/// database.
+fn executor<'a, C: InTransaction + ?Sized>(
+    conn: &'a mut C,
+    idem: &'a Idem,
+) -> Result<Box<dyn Executor + 'a>, Error> {
+    let conn = conn.__idem_sql();
+    let database = conn.database();
+    idem.store().in_transaction(conn).ok_or_else(|| {
+        Error::Config(format!(
+            "#[idempotent(transaction = …)] needs a {database} store; this handle's store is `{}`",
+            idem.store().backend()
+        ))
+    })
 }
 
 /// The three ways to hold a transaction of one database: the transaction, its connection, and
 /// a pooled connection (refused at the claim unless a transaction was begun on it).
 macro_rules! in_transaction_for {
-    ($feature:literal, $database:literal, $db:ty, $conn:ty, $store:ty, $variant:ident) => {
+    ($feature:literal, $db:ty, $conn:ty, $variant:ident) => {
         #[cfg(feature = $feature)]
         impl InTransaction for $conn {
             type Connection = $conn;
             fn __idem_connection(&mut self) -> &mut $conn {
                 self
             }
-            fn __idem_executor<'a>(&'a mut self, idem: &'a Idem) -> Result<Exec<'a>, Error> {
-                let store = idem
-                    .store_as::<$store>()
-                    .ok_or_else(|| wrong_store($database, idem))?;
-                Ok(Exec::$variant { store, conn: self })
+            fn __idem_sql(&mut self) -> Connection<'_> {
+                Connection::$variant(self)
             }
         }
         #[cfg(feature = $feature)]
@@ -106,8 +109,8 @@ macro_rules! in_transaction_for {
             fn __idem_connection(&mut self) -> &mut $conn {
                 self
             }
-            fn __idem_executor<'a>(&'a mut self, idem: &'a Idem) -> Result<Exec<'a>, Error> {
-                <$conn as InTransaction>::__idem_executor(self, idem)
+            fn __idem_sql(&mut self) -> Connection<'_> {
+                Connection::$variant(self)
             }
         }
         #[cfg(feature = $feature)]
@@ -116,29 +119,15 @@ macro_rules! in_transaction_for {
             fn __idem_connection(&mut self) -> &mut $conn {
                 self
             }
-            fn __idem_executor<'a>(&'a mut self, idem: &'a Idem) -> Result<Exec<'a>, Error> {
-                <$conn as InTransaction>::__idem_executor(self, idem)
+            fn __idem_sql(&mut self) -> Connection<'_> {
+                Connection::$variant(self)
             }
         }
     };
 }
 
-in_transaction_for!(
-    "postgres",
-    "PostgreSQL",
-    sqlx::Postgres,
-    sqlx::PgConnection,
-    crate::store::postgres::PostgresStore,
-    Transaction
-);
-in_transaction_for!(
-    "mysql",
-    "MySQL",
-    sqlx::MySql,
-    sqlx::MySqlConnection,
-    crate::store::mysql::MysqlStore,
-    MysqlTransaction
-);
+in_transaction_for!("postgres", sqlx::Postgres, sqlx::PgConnection, Postgres);
+in_transaction_for!("mysql", sqlx::MySql, sqlx::MySqlConnection, MySql);
 
 impl Call {
     /// Runs `body` at most once per key **inside the caller's transaction** `tx` (pass
@@ -223,12 +212,13 @@ pub(crate) struct TxAttempt {
 }
 
 impl TxAttempt {
-    /// Claims the key of `call` on `conn`, which must be inside a transaction.
+    /// Claims the key of `call` on `conn`, which must be inside a transaction. Idem's own
+    /// errors become the caller's through `into`, here.
     pub(crate) async fn claim<T, E, P, C>(
         call: Call,
         conn: &mut C,
         policy: &P,
-        into_err: fn(Error) -> E,
+        into: fn(Error) -> E,
     ) -> TxBegun<T, E>
     where
         T: DeserializeOwned,
@@ -236,22 +226,21 @@ impl TxAttempt {
         C: InTransaction + ?Sized,
     {
         let mut obs = Obs::new(observe::call_span(call.name()), call.name().clone());
-        let fail = |obs: &mut Obs, e: Error| {
-            obs.fail(&e);
-            TxBegun::Done(Err(into_err(e)))
+        let begun = match call.prepare() {
+            // The handle cloned: the executor borrows it while the attempt takes the call.
+            Ok(call) => match executor(conn, &call.idem.clone()) {
+                Ok(mut exec) => match call.begin(&mut *exec, &mut obs, policy).await {
+                    Begun::Run { token, .. } => {
+                        drop(exec);
+                        return TxBegun::Run(Box::new(TxAttempt { call, token, obs }));
+                    }
+                    Begun::Done(done) => done,
+                },
+                Err(e) => Err(Failed::Idem(e)),
+            },
+            Err(e) => Err(Failed::Idem(e)),
         };
-        let call = match call.prepare() {
-            Ok(call) => call,
-            Err(e) => return fail(&mut obs, e),
-        };
-        let mut exec = match conn.__idem_executor(&call.idem) {
-            Ok(exec) => exec,
-            Err(e) => return fail(&mut obs, e),
-        };
-        match call.begin(&mut exec, &mut obs, policy, into_err).await {
-            Begun::Run { token, .. } => TxBegun::Run(Box::new(TxAttempt { call, token, obs })),
-            Begun::Done(done) => TxBegun::Done(done),
-        }
+        TxBegun::Done(begun.map_err(|failed| failed.into_err(&mut obs, into)))
     }
 
     /// Runs `body` as this call's body: `current_key()` and `current_token()` answer in it.
@@ -265,7 +254,7 @@ impl TxAttempt {
         conn: &mut C,
         result: Result<T, E>,
         policy: &P,
-        into_err: fn(Error) -> E,
+        into: fn(Error) -> E,
     ) -> Result<Outcome<T>, E>
     where
         T: Serialize,
@@ -274,20 +263,15 @@ impl TxAttempt {
     {
         // The handle's store matched the transaction at the claim, and a handle's store never
         // changes; this only fails for a connection of another database than the claim's.
-        let mut exec = match conn.__idem_executor(&self.call.idem) {
-            Ok(exec) => exec,
-            Err(e) => return Err(into_err(e)),
+        let finished = match executor(conn, &self.call.idem) {
+            Ok(mut exec) => {
+                let obs = &mut self.obs;
+                self.call
+                    .finish(&mut *exec, obs, self.token, None, policy, result)
+                    .await
+            }
+            Err(e) => Err(Failed::Idem(e)),
         };
-        self.call
-            .finish(
-                &mut exec,
-                &mut self.obs,
-                self.token,
-                None,
-                policy,
-                result,
-                into_err,
-            )
-            .await
+        finished.map_err(|failed| failed.into_err(&mut self.obs, into))
     }
 }

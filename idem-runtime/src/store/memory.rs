@@ -15,16 +15,13 @@ use super::{
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{
-    abandoned, decide_live, ended_at, holds, is_live, may_forget, next_token, Verdict,
-};
+use crate::protocol::{abandoned, ended_at, holds, is_live, may_forget, next_token};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 const SHARDS: usize = 64;
 /// How many expired entries one write may evict from its shard.
@@ -64,8 +61,7 @@ struct Entry {
     fingerprint: Digest,
     token: u64,
     status: Status,
-    /// Shared: a replay takes it without copying it (`claim_decided`).
-    value: Option<Arc<[u8]>>,
+    value: Option<Vec<u8>>,
     created_at: i64,
     expires_at: i64,
     attempt: u32,
@@ -166,7 +162,7 @@ fn record(key: &Digest, e: &Entry, now: i64) -> Record {
         fingerprint: e.fingerprint,
         token: e.token,
         status: e.status,
-        value: e.value.as_deref().map(<[u8]>::to_vec),
+        value: e.value.clone(),
         created_at: e.created_at,
         expires_at: e.expires_at,
         attempt: e.attempt,
@@ -232,59 +228,16 @@ impl MemoryStore {
         out
     }
 
+    /// Claims the key if no live record holds it, else returns the live record; one critical
+    /// section under the shard's lock.
     fn claim_now(&self, c: Claim<'_>) -> ClaimOutcome {
-        match self.claim_or(c, |e, now| record(c.key, e, now), |now| ((), now)) {
-            Ok((token, takeover, ())) => ClaimOutcome::Claimed { token, takeover },
-            Err(record) => ClaimOutcome::Existing(record),
-        }
-    }
-
-    /// A claim decided in place, for the engine: what `protocol::decide` makes of the claim's
-    /// outcome, and the time a live record has left, without building the record (its name
-    /// and the boxed future of `Store::claim` are two allocations a replay does not need).
-    /// A claim it grants it times itself (the third element): a replay then reads one clock.
-    pub(crate) fn claim_decided(
-        &self,
-        c: Claim<'_>,
-    ) -> (Verdict<Arc<[u8]>>, Option<Duration>, Option<Instant>) {
-        let live = |e: &Entry, now: i64| {
-            let remaining = Duration::from_millis(e.expires_at.saturating_sub(now).max(0) as u64);
-            let decision = decide_live(
-                &e.fingerprint,
-                e.status,
-                remaining,
-                || e.value.clone(),
-                c.fingerprint,
-            );
-            (decision, remaining)
-        };
-        // The attempt's lease runs from an instant read before the clock its record is
-        // written at, so the engine's deadline never falls after the record's end.
-        let timed = |_| (Instant::now(), local_now_ms());
-        match self.claim_or(c, live, timed) {
-            Ok((token, _, sent)) => (Verdict::Run { token }, None, Some(sent)),
-            Err((decision, remaining)) => (decision, Some(remaining), None),
-        }
-    }
-
-    /// Claims the key if no live record holds it (`Ok` with the new token and the takeover of
-    /// an abandoned record, if it was one), else returns what `live` makes of the live record
-    /// (`Err`), read under the shard's lock at `now`. A new record is written at the time
-    /// `start` gives from `now` (with what else it returns).
-    fn claim_or<R, S>(
-        &self,
-        c: Claim<'_>,
-        live: impl FnOnce(&Entry, i64) -> R,
-        start: impl FnOnce(i64) -> (S, i64),
-    ) -> Result<(u64, Option<Takeover>, S), R> {
         let now = local_now_ms();
         let mut st = self.lock(c.key);
         if let Some(e) = st.live(c.key, now) {
-            return Err(live(e, now));
+            return ClaimOutcome::Existing(record(c.key, e, now));
         }
         // A write (a replay is not one): what keeps memory bounded by the live keys.
         st.evict(now, EVICT_PER_WRITE);
-        let (started, now) = start(now);
         let previous = st.entries.get(c.key);
         let takeover = previous
             .filter(|e| abandoned(e.status, e.expires_at, e.keep_until, now))
@@ -310,7 +263,7 @@ impl MemoryStore {
             },
         );
         st.set_ends(c.key, expires_at, keep_until);
-        Ok((token, takeover, started))
+        ClaimOutcome::Claimed { token, takeover }
     }
 
     /// Applies `f` to the record if `token` holds it (`protocol::holds`).

@@ -30,12 +30,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+mod executor;
 mod inspect;
 mod migration;
 mod releases;
 
 pub use crate::backend::{Backend, UnknownScheme};
 pub use crate::record::{ClaimOutcome, Record, Status, Takeover};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use executor::Connection;
+pub use executor::Executor;
 pub(crate) use inspect::{count_states, finish_listing};
 pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
@@ -254,6 +258,16 @@ pub trait Store: Send + Sync + 'static {
         key: &'a Digest,
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>>;
+
+    /// An [`Executor`] that runs this store's claim, completion and release on `conn`, a
+    /// caller's connection inside its transaction, with the same statements as the store's own
+    /// steps (the transactional mode: `Call::in_transaction`). `None` (the default) when this
+    /// store is not of that connection's database.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn in_transaction<'a>(&'a self, conn: Connection<'a>) -> Option<Box<dyn Executor + 'a>> {
+        let _ = conn;
+        None
+    }
 }
 
 /// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).

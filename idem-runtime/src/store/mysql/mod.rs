@@ -516,6 +516,19 @@ impl Store for MysqlStore {
         BACKEND
     }
 
+    fn in_transaction<'a>(
+        &'a self,
+        conn: crate::store::Connection<'a>,
+    ) -> Option<Box<dyn crate::store::Executor + 'a>> {
+        match conn {
+            crate::store::Connection::MySql(conn) => {
+                Some(Box::new(tx::OnConnection { store: self, conn }))
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
         Box::pin(self.claim_now(claim))
     }

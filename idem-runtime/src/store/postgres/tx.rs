@@ -9,7 +9,7 @@
 use super::{claim_exhausted, claim_once, ms, pg_error, PostgresStore, CLAIM_ATTEMPTS};
 use crate::error::Error;
 use crate::key::Digest;
-use crate::store::{Claim, ClaimOutcome, Complete};
+use crate::store::{BoxFuture, Claim, ClaimOutcome, Complete, Executor};
 use sqlx::{Connection, PgConnection};
 
 /// Claims the key on `conn`, which must be inside a transaction. While another open
@@ -70,4 +70,39 @@ pub(crate) async fn release(
         .await
         .map_err(|e| pg_error("release", e))?;
     Ok(row.is_some())
+}
+
+/// The executor of the transactional mode: this store's steps on the caller's connection
+/// ([`crate::store::Store::in_transaction`]).
+pub(crate) struct OnConnection<'a> {
+    pub(crate) store: &'a PostgresStore,
+    pub(crate) conn: &'a mut PgConnection,
+}
+
+// The statements' futures are boxed like a store's: large, and a call's future would
+// otherwise hold them inline.
+impl Executor for OnConnection<'_> {
+    fn backend(&self) -> crate::store::Backend {
+        super::BACKEND
+    }
+
+    fn leased(&self) -> bool {
+        false
+    }
+
+    fn claim<'a>(&'a mut self, c: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
+        Box::pin(claim(self.store, self.conn, c))
+    }
+
+    fn complete<'a>(&'a mut self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(complete(self.store, self.conn, done))
+    }
+
+    fn release<'a>(
+        &'a mut self,
+        key: &'a Digest,
+        token: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(release(self.store, self.conn, key, token))
+    }
 }
