@@ -242,9 +242,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Atomically: if this token holds the record, abandon it: `expires_at =`
     /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`, status still in progress and
-    /// `keep_until` as the claim set it, so the next claim takes it over as abandoned (attempt
-    /// + 1); return `true`. Otherwise change nothing, `false`. (For an attempt that took over
-    /// and could not decide what the abandoned one did.)
+    /// `keep_until` as the claim set it, so the next claim takes it over as abandoned (with the
+    /// next attempt number); return `true`. Otherwise change nothing, `false`. (For an attempt
+    /// that took over and could not decide what the abandoned one did.)
     fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
 
     /// Atomically, only if the record of `key` is [`Status::Parked`]: [`Resolve::Applied`]
