@@ -12,6 +12,7 @@ Exit codes:
   3  refused: `release` of a live record without --force (nothing was changed)
   4  store error: cannot connect, authentication failed, permission denied, a query failed
   5  schema missing or out of date: run `idem migrate` (`idem outbox migrate` for the outbox)
+  6  `idem check`: at least one check failed
 
 The store URL comes from --url or IDEM_URL: sqlite://FILE, postgres://USER@HOST:PORT/DATABASE,
 redis://HOST:PORT/, dynamodb://TABLE?region=REGION&endpoint=URL (AWS credentials from the
@@ -99,6 +100,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: OutboxCommand,
     },
+    /// Check an HTTP API's idempotency from the outside (no store needed): the same key twice,
+    /// another body, concurrent duplicates, a hang-up then a retry, two principals
+    Check(crate::check::CheckArgs),
 }
 
 /// `idem outbox …`.
@@ -159,6 +163,7 @@ impl Command {
             Command::Release { .. } => "release",
             Command::Purge { .. } => "purge",
             Command::Stats => "stats",
+            Command::Check(_) => "check",
             Command::Outbox { command, .. } => match command {
                 OutboxCommand::Migrate => "outbox migrate",
                 OutboxCommand::Stats => "outbox stats",

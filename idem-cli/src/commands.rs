@@ -18,6 +18,10 @@ struct Ctx {
 
 /// Runs the command line: what to print on stdout, or the failure.
 pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
+    // the one command without a store
+    if let Command::Check(args) = cli.command {
+        return crate::check::run(args, cli.json).await;
+    }
     let Some(url) = cli.url else {
         return Err(Failure::usage(
             "no store URL: pass --url (or set IDEM_URL) to sqlite://FILE, \
@@ -60,6 +64,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Release { key, force } => release(&ctx, &key, force).await,
         Command::Purge { batch, .. } => purge(&ctx, batch).await,
         Command::Stats => stats(&ctx).await,
+        Command::Check(args) => crate::check::run(args, ctx.json).await,
         Command::Outbox { command } => {
             crate::outbox::run(&ctx.url, &outbox_table, ctx.command, ctx.json, command).await
         }

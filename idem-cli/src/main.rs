@@ -6,6 +6,7 @@
 //! codes and hints).
 #![warn(missing_docs)]
 
+mod check;
 mod cli;
 mod commands;
 mod digest;

@@ -9,7 +9,11 @@ pub mod admin;
 mod backend;
 mod cache;
 mod call;
+#[cfg(feature = "client")]
+pub mod client;
 mod codec;
+#[cfg(feature = "consume")]
+pub mod consume;
 mod context;
 pub mod cron;
 mod error;

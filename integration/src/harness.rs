@@ -165,6 +165,16 @@ pub const NATS: Url = Url {
     var: "IDEM_TEST_NATS_URL",
     what: "NATS JetStream",
 };
+/// The shared RabbitMQ broker (`amqp://guest:guest@127.0.0.1:5672/%2f`).
+pub const RABBITMQ: Url = Url {
+    var: "IDEM_TEST_RABBITMQ_URL",
+    what: "RabbitMQ",
+};
+/// The shared MQTT 5 broker (`mqtt://127.0.0.1:1883`).
+pub const MQTT: Url = Url {
+    var: "IDEM_TEST_MQTT_URL",
+    what: "MQTT (Mosquitto)",
+};
 /// `redis-server` and `redis-cli` on the PATH, for tests that start servers of their own.
 pub const REDIS_SERVER: Programs = Programs(&["redis-server", "redis-cli"]);
 /// MariaDB's server programs on the PATH, for tests that kill and restart a server of their own.
@@ -195,6 +205,15 @@ pub const POSTGRES_AND_NATS: Both<Url, Url> = Both(POSTGRES, NATS);
 /// MySQL / MariaDB and NATS JetStream, for the MySQL outbox's end-to-end tests. Its tests take
 /// both URLs.
 pub const MYSQL_AND_NATS: Both<Url, Url> = Both(MYSQL, NATS);
+
+/// PostgreSQL and RabbitMQ, for the queue consumer's tests. Its tests take both URLs.
+pub const POSTGRES_AND_RABBITMQ: Both<Url, Url> = Both(POSTGRES, RABBITMQ);
+/// PostgreSQL and an MQTT broker, for the queue consumer's tests. Its tests take both URLs.
+pub const POSTGRES_AND_MQTT: Both<Url, Url> = Both(POSTGRES, MQTT);
+/// `nats-server` on the PATH, for tests that restart a server of their own.
+pub const NATS_SERVER: Programs = Programs(&["nats-server"]);
+/// Mosquitto's broker program (the tests restart a broker of their own).
+pub const MOSQUITTO_SERVER: Programs = Programs(&["mosquitto"]);
 
 /// An `async fn` test of a group whose need gives it `G`: `async fn(String)` for a [`Url`],
 /// `async fn()` otherwise.

@@ -12,3 +12,8 @@ pub mod outbox;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of docs/client.md, compiled as doc tests.
+#[cfg(all(doctest, feature = "client"))]
+#[doc = include_str!("../../docs/client.md")]
+pub struct ClientDocDoctests;

@@ -79,6 +79,7 @@ async fn charge(
                 header::HeaderName::from_static("x-charge-id"),
                 charge.id.to_string(),
             ),
+            (header::SET_COOKIE, format!("session=c{}", charge.id)),
         ],
         Json(charge),
     )
@@ -215,12 +216,14 @@ fn layer() -> IdempotencyLayer {
 
 #[tokio::test]
 async fn a_double_submit_is_replayed() {
-    // x-charge-id is not among the stored fields by default: the test adds it
-    let s = serve(layer().store_header(header::HeaderName::from_static("x-charge-id"))).await;
+    // every field of the first response is replayed (x-charge-id is the handler's own), but
+    // Set-Cookie
+    let s = serve(layer()).await;
     let first = s.charge("alice", "\"k-1\"", 1200).await;
     assert_eq!(first.status(), 201);
     assert!(!replayed(&first));
     let location = first.headers()[header::LOCATION].clone();
+    assert_eq!(first.headers()[header::SET_COOKIE], "session=c1");
     let first_body: Charge = first.json().await.unwrap();
 
     let again = s.charge("alice", "\"k-1\"", 1200).await;
@@ -228,6 +231,7 @@ async fn a_double_submit_is_replayed() {
     assert!(replayed(&again));
     assert_eq!(again.headers()[header::LOCATION], location);
     assert_eq!(again.headers()["x-charge-id"], first_body.id.to_string());
+    assert!(again.headers().get(header::SET_COOKIE).is_none());
     assert_eq!(again.headers()[header::CONTENT_TYPE], "application/json");
     // one Date, the server's own, not a stored copy beside it
     assert_eq!(again.headers().get_all(header::DATE).iter().count(), 1);

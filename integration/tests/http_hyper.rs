@@ -98,17 +98,13 @@ async fn a_plain_hyper_service_replays_under_the_layer() {
 }
 
 #[tokio::test]
-async fn a_replay_carries_the_allow_list_never_set_cookie() {
-    let layer = IdempotencyLayer::new(Idem::memory())
-        .store_header(header::HeaderName::from_static("x-internal-trace"))
-        // listing Set-Cookie does not store it
-        .store_header(header::SET_COOKIE)
-        .on_replay(|parts| {
-            parts.headers.insert(
-                "x-replayed-by",
-                http::HeaderValue::from_static("instance-a"),
-            );
-        });
+async fn a_replay_carries_every_field_but_set_cookie() {
+    let layer = IdempotencyLayer::new(Idem::memory()).on_replay(|parts| {
+        parts.headers.insert(
+            "x-replayed-by",
+            http::HeaderValue::from_static("instance-a"),
+        );
+    });
     let (url, runs) = serve(layer).await;
     let first = post(&url, "\"c-1\"", "text/plain", "a").await;
     assert_eq!(first.headers()[header::SET_COOKIE], "session=s1");
@@ -121,17 +117,22 @@ async fn a_replay_carries_the_allow_list_never_set_cookie() {
     );
     assert_eq!(again.headers()[header::ETAG], "\"v1\"");
     assert_eq!(again.headers()[header::CONTENT_TYPE], "text/plain");
+    // the service's own field, as the first response had it
     assert_eq!(again.headers()["x-internal-trace"], "t1");
     assert_eq!(again.headers()["x-replayed-by"], "instance-a");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
-    // by default only the representation fields, ETag, Location, Link, Cache-Control
-    let (url, _) = serve(IdempotencyLayer::new(Idem::memory())).await;
+    // an allow-list restricts the replay; listing Set-Cookie does not store it
+    let layer = IdempotencyLayer::new(Idem::memory())
+        .replay_headers([header::ETAG])
+        .store_header(header::SET_COOKIE);
+    let (url, _) = serve(layer).await;
     post(&url, "\"c-2\"", "text/plain", "a").await;
     let again = post(&url, "\"c-2\"", "text/plain", "a").await;
     assert!(replayed(&again));
     assert!(again.headers().get(header::SET_COOKIE).is_none());
     assert!(again.headers().get("x-internal-trace").is_none());
+    assert!(again.headers().get(header::CONTENT_TYPE).is_none());
     assert_eq!(again.headers()[header::ETAG], "\"v1\"");
 }
 

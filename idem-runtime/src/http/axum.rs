@@ -64,13 +64,14 @@
 //!   compared by its parsed value (`{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are one request)
 //!   and query parameters in any order; off by default, since switching it changes the
 //!   fingerprints of keys already stored.
-//! * **What is stored**: the status, the body, and the response fields of an allow-list,
-//!   [`STORED_HEADERS`] by default: the representation's (`Content-Type`, `Content-Encoding`,
-//!   `Content-Language`, `Content-Location`), `ETag`, `Last-Modified`, `Location`, `Link` and
-//!   `Cache-Control` ([`IdempotencyLayer::store_header`] adds one,
-//!   [`IdempotencyLayer::store_headers`] replaces the list). **`Set-Cookie` is never
-//!   stored**, listed or not: whoever holds a key must not get the first caller's session; nor
-//!   are `Date`, `Content-Length` and the hop-by-hop fields (the server sets them anew).
+//! * **What is stored**: the status, the body, and every response field the handler set
+//!   (`X-Charge-Id`, `Request-Id`, rate-limit fields: a replay is the same response) except a
+//!   deny-list: **`Set-Cookie` is never stored**: whoever holds a key must not get the first
+//!   caller's session; nor are the hop-by-hop fields, `Date`, `Server` and `Content-Length`
+//!   (the server sets them anew). [`IdempotencyLayer::replay_headers`] restricts the fields to
+//!   an allow-list ([`STORED_HEADERS`] is the representation's fields, `ETag`,
+//!   `Last-Modified`, `Location`, `Link` and `Cache-Control`; [`IdempotencyLayer::store_header`]
+//!   adds one to it).
 //!   [`IdempotencyLayer::on_replay`] adjusts a replayed response before it is sent. The
 //!   response body is buffered to be stored: this layer is for API responses, not for streams.
 //! * **Which responses are stored**: [`store_policy`] by default: 1xx–3xx and 4xx responses are

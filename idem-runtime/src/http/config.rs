@@ -78,8 +78,10 @@ pub(super) struct Config {
     /// Shared by every clone of the layer and its services: one count, one shutdown.
     pub(super) handlers: Arc<Handlers>,
     pub(super) fingerprint: FingerprintMode,
-    /// The response fields stored and replayed (never `Set-Cookie`).
-    pub(super) stored_headers: Vec<HeaderName>,
+    /// The response fields stored and replayed: `None`, every field but the deny-list
+    /// (`Set-Cookie`, hop-by-hop, `Date`, `Server`, `Content-Length`); `Some`, an allow-list
+    /// (the deny-list still applies).
+    pub(super) stored_headers: Option<Vec<HeaderName>>,
     pub(super) on_replay: Option<Arc<OnReplayFn>>,
     pub(super) respect_no_store: bool,
     pub(super) response_limit: Option<usize>,

@@ -79,7 +79,9 @@ impl IdempotencyLayer {
             .methods([Method::POST])
             .with_config(|c| {
                 c.protocol = Protocol::Grpc;
-                c.stored_headers.extend(GRPC_STORED_HEADERS.iter().cloned());
+                if let Some(list) = &mut c.stored_headers {
+                    list.extend(GRPC_STORED_HEADERS.iter().cloned());
+                }
             })
     }
 

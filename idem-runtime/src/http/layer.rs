@@ -4,7 +4,6 @@ use super::config::{store_policy, Config, OnReplayFn, Protocol, ScopeFn, StoreIf
 use super::detach::ShutdownHandle;
 use super::fingerprint::FingerprintMode;
 use super::service::IdempotencyService;
-use super::stored::STORED_HEADERS;
 use crate::policy::OnError;
 use crate::Idem;
 use http::request::Parts as RequestParts;
@@ -68,7 +67,9 @@ impl IdempotencyLayer {
     /// required, body limit 1 MiB, the handle's ttl and lease, no wait (a duplicate in flight
     /// gets a 409 with `Retry-After: 1`), scope from the [`Principal`] extension, anonymous
     /// requests refused, [`store_policy`], handlers detached from their connection
-    /// ([`IdempotencyLayer::detached`]) without a bound on how many run at once.
+    /// ([`IdempotencyLayer::detached`]) without a bound on how many run at once, every
+    /// response field replayed but `Set-Cookie`, the hop-by-hop ones, `Date`, `Server` and
+    /// `Content-Length` ([`IdempotencyLayer::replay_headers`] restricts them).
     pub fn new(idem: Idem) -> IdempotencyLayer {
         IdempotencyLayer {
             config: Arc::new(Config {
@@ -88,7 +89,7 @@ impl IdempotencyLayer {
                 max_in_flight: None,
                 handlers: Arc::default(),
                 fingerprint: FingerprintMode::Raw,
-                stored_headers: STORED_HEADERS.to_vec(),
+                stored_headers: None,
                 on_replay: None,
                 respect_no_store: false,
                 response_limit: None,
@@ -228,26 +229,40 @@ impl IdempotencyLayer {
         self.with(|c| c.fingerprint = mode)
     }
 
-    /// The response fields stored and replayed, replacing the default
-    /// [`STORED_HEADERS`](super::STORED_HEADERS) (a gRPC layer adds its `grpc-*` fields to
-    /// them). `Set-Cookie`, `Date`, `Content-Length` and hop-by-hop fields are never stored,
-    /// listed or not.
-    pub fn store_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+    /// Restricts the response fields stored and replayed to `names` (an allow-list; by
+    /// default every field is, but the deny-list below). A gRPC layer adds its `grpc-*`
+    /// fields to them. `Set-Cookie` (a replay must not hand a session to whoever holds the
+    /// key), the hop-by-hop fields (`Connection`, `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`,
+    /// `Transfer-Encoding`, `Upgrade`) and the per-response ones (`Date`, `Server`;
+    /// `Content-Length` is recomputed) are never stored, listed or not.
+    /// [`STORED_HEADERS`](super::STORED_HEADERS) is the allow-list that was the default
+    /// before every field was replayed.
+    pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         let names: Vec<HeaderName> = names.into_iter().collect();
         self.with(|c| {
-            c.stored_headers = names;
+            let mut names = names;
             #[cfg(feature = "grpc")]
             if c.protocol == Protocol::Grpc {
-                c.stored_headers
-                    .extend(super::stored::GRPC_STORED_HEADERS.iter().cloned());
+                names.extend(super::stored::GRPC_STORED_HEADERS.iter().cloned());
             }
+            c.stored_headers = Some(names);
         })
     }
 
-    /// One more response field stored and replayed (an `X-Request-Id` of the first
-    /// response, a `Preference-Applied`…); see [`IdempotencyLayer::store_headers`].
+    /// The same as [`IdempotencyLayer::replay_headers`] (its earlier name).
+    pub fn store_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.replay_headers(names)
+    }
+
+    /// One more response field in the allow-list of
+    /// [`IdempotencyLayer::replay_headers`]; without an allow-list every field is replayed
+    /// already (but the deny-list), and this changes nothing.
     pub fn store_header(self, name: HeaderName) -> Self {
-        self.with(|c| c.stored_headers.push(name))
+        self.with(|c| {
+            if let Some(list) = &mut c.stored_headers {
+                list.push(name);
+            }
+        })
     }
 
     /// Adjusts every replayed response before it is sent (after the layer added

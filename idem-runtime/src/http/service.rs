@@ -336,7 +336,7 @@ where
                 trailers,
             };
             let keep = keep(&config, &fresh);
-            let stored = StoredResponse::new(&fresh, &config.stored_headers);
+            let stored = StoredResponse::new(&fresh, config.stored_headers.as_deref());
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh);
             match keep {
                 OnError::Keep => Ok(stored),

@@ -70,12 +70,12 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-/// The response fields stored and replayed by default: the representation's metadata
+/// A restrictive allow-list of response fields: the representation's metadata
 /// (`Content-Type`, `Content-Encoding`, `Content-Language`, `Content-Location`), its validators
-/// (`ETag`, `Last-Modified`), `Location`, `Link` and `Cache-Control`. Everything else the
-/// handler set (cookies, tracing ids, rate-limit counters, server timing) belongs to the first
-/// response only. [`IdempotencyLayer::store_header`](super::IdempotencyLayer::store_header)
-/// adds to it.
+/// (`ETag`, `Last-Modified`), `Location`, `Link` and `Cache-Control`. It was the default before
+/// a replay carried every field; pass it to
+/// [`IdempotencyLayer::replay_headers`](super::IdempotencyLayer::replay_headers) to keep a
+/// service's other fields (tracing ids, rate-limit counters) to its first response.
 pub const STORED_HEADERS: [HeaderName; 9] = [
     header::CONTENT_TYPE,
     header::CONTENT_ENCODING,
@@ -99,28 +99,31 @@ pub(crate) const GRPC_STORED_HEADERS: [HeaderName; 4] = [
 ];
 
 /// Fields never stored, whatever the allow-list says: `Set-Cookie` (a replay must not hand a
-/// session to whoever holds the key), the hop-by-hop fields, `Date` and `Content-Length`
-/// (the server sets them for the replay), and the replay marker.
+/// session to whoever holds the key), the hop-by-hop fields (`Proxy-*` among them), `Date`,
+/// `Server` and `Content-Length` (the server sets them for the replay), and the replay marker.
 fn never_stored(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name)
+        || name.as_str().starts_with("proxy-")
         || *name == header::SET_COOKIE
         || *name == header::DATE
+        || *name == header::SERVER
         || *name == header::CONTENT_LENGTH
         || *name == IDEMPOTENT_REPLAYED
 }
 
-/// The fields of `headers` in the allow-list, as stored.
-fn stored_headers(headers: &HeaderMap, allow: &[HeaderName]) -> Vec<(String, Blob)> {
+/// The fields of `headers` stored: those of the allow-list, or all without one, less the
+/// fields never stored.
+fn stored_headers(headers: &HeaderMap, allow: Option<&[HeaderName]>) -> Vec<(String, Blob)> {
     headers
         .iter()
-        .filter(|(name, _)| allow.contains(name) && !never_stored(name))
+        .filter(|(name, _)| allow.is_none_or(|allow| allow.contains(name)) && !never_stored(name))
         .map(|(name, value)| (name.as_str().to_owned(), Blob::new(value.as_bytes())))
         .collect()
 }
 
 impl StoredResponse {
-    /// The stored form of `fresh`, with the fields in `allow`.
-    pub(crate) fn new(fresh: &FreshResponse, allow: &[HeaderName]) -> StoredResponse {
+    /// The stored form of `fresh`, with the fields in `allow` (all without it).
+    pub(crate) fn new(fresh: &FreshResponse, allow: Option<&[HeaderName]>) -> StoredResponse {
         StoredResponse::of(&fresh.parts, &fresh.body, fresh.trailers.as_ref(), allow)
     }
 
@@ -128,7 +131,7 @@ impl StoredResponse {
         parts: &ResponseParts,
         body: &[u8],
         trailers: Option<&HeaderMap>,
-        allow: &[HeaderName],
+        allow: Option<&[HeaderName]>,
     ) -> StoredResponse {
         StoredResponse {
             status: parts.status.as_u16(),
@@ -185,7 +188,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_allow_list_is_stored_and_never_set_cookie() {
+    fn every_field_but_the_deny_list_is_stored_or_only_the_allow_list() {
         let mut h = HeaderMap::new();
         h.insert(
             header::CONTENT_TYPE,
@@ -204,26 +207,34 @@ mod tests {
         h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
         h.insert(header::SET_COOKIE, HeaderValue::from_static("session=1"));
         h.insert("x-trace", HeaderValue::from_static("t1"));
+        h.insert(header::SERVER, HeaderValue::from_static("upstream/1"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-bin", HeaderValue::from_bytes(&[0xff, b'a']).unwrap());
-        let names = |allow: &[HeaderName]| -> Vec<String> {
+        let names = |allow: Option<&[HeaderName]>| -> Vec<String> {
             stored_headers(&h, allow)
                 .into_iter()
                 .map(|(n, _)| n)
                 .collect()
         };
-        assert_eq!(names(&STORED_HEADERS), ["content-type", "location"]);
-        // listed or not, Set-Cookie, Date, Content-Length and hop-by-hop fields are never kept
+        assert_eq!(names(Some(&STORED_HEADERS)), ["content-type", "location"]);
+        // by default every field but Set-Cookie, Date, Server, Content-Length and hop-by-hop
+        assert_eq!(
+            names(None),
+            ["content-type", "location", "x-trace", "x-bin"]
+        );
+        // listed or not, the deny-list is never kept
         let mut all: Vec<HeaderName> = h.keys().cloned().collect();
         all.push(header::CONTENT_TYPE);
         assert_eq!(
-            names(&all),
+            names(Some(&all)),
             ["content-type", "location", "x-trace", "x-bin"]
         );
 
         let (mut parts, ()) = Response::new(()).into_parts();
         parts.status = StatusCode::CREATED;
         parts.headers = h.clone();
-        let stored = StoredResponse::of(&parts, &[0, 159, 146, 150], None, &all);
+        let stored = StoredResponse::of(&parts, &[0, 159, 146, 150], None, None);
         let json = serde_json::to_string(&stored).unwrap();
         let back: StoredResponse = serde_json::from_str(&json).unwrap();
         let res = back.into_response().unwrap();

@@ -252,9 +252,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Atomically: if this token holds the record, abandon it: `expires_at =`
     /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`, status still in progress and
-    /// `keep_until` as the claim set it, so the next claim takes it over as abandoned (attempt
-    /// + 1); return `true`. Otherwise change nothing, `false`. (For an attempt that took over
-    /// and could not decide what the abandoned one did.)
+    /// `keep_until` as the claim set it, so the next claim takes it over as abandoned (with the
+    /// next attempt number); return `true`. Otherwise change nothing, `false`. (For an attempt
+    /// that took over and could not decide what the abandoned one did.)
     fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
 
     /// Atomically, only if the record of `key` is [`Status::Parked`]: [`Resolve::Applied`]
@@ -268,6 +268,16 @@ pub trait Store: Send + Sync + 'static {
         key: &'a Digest,
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>>;
+
+    /// An [`Executor`] that runs this store's claim, completion and release on `conn`, a
+    /// caller's connection inside its transaction, with the same statements as the store's own
+    /// steps (the transactional mode: `Call::in_transaction`). `None` (the default) when this
+    /// store is not of that connection's database.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn in_transaction<'a>(&'a self, conn: Connection<'a>) -> Option<Box<dyn Executor + 'a>> {
+        let _ = conn;
+        None
+    }
 }
 
 /// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).

@@ -17,7 +17,7 @@
 use super::error::corrupt;
 use crate::error::Error;
 use crate::key::Digest;
-use crate::store::{Record, Status};
+use crate::store::{Claim, Record, Status};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -68,9 +68,7 @@ pub(super) fn key_of(key: &Digest) -> Item {
 
 /// A new in-progress item.
 pub(super) fn claim_item(
-    key: &Digest,
-    name: &str,
-    fingerprint: &Digest,
+    claim: &Claim<'_>,
     token: u64,
     now: i64,
     expires_at: i64,
@@ -78,9 +76,9 @@ pub(super) fn claim_item(
     keep_until: i64,
 ) -> Item {
     HashMap::from([
-        (PK.to_string(), b(&key.0)),
-        (NAME.to_string(), AttributeValue::S(name.to_string())),
-        (FINGERPRINT.to_string(), b(&fingerprint.0)),
+        (PK.to_string(), b(&claim.key.0)),
+        (NAME.to_string(), AttributeValue::S(claim.name.to_string())),
+        (FINGERPRINT.to_string(), b(&claim.fingerprint.0)),
         (TOKEN.to_string(), n(token)),
         (STATUS.to_string(), n(Status::InProgress.as_i16())),
         (CREATED_AT.to_string(), n(now)),

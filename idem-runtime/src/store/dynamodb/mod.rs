@@ -181,9 +181,7 @@ impl DynamoDbStore {
                 .put_item()
                 .table_name(&self.inner.table)
                 .set_item(Some(item::claim_item(
-                    claim.key,
-                    claim.name,
-                    claim.fingerprint,
+                    &claim,
                     token,
                     now,
                     expires_at,

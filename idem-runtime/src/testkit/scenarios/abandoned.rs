@@ -6,10 +6,13 @@ use super::*;
 use crate::key::Digest;
 use crate::store::{Record, Resolve, Resolved, Store, Takeover};
 
-/// A lease short enough to lapse within a test, and the wait that outlasts it on a loaded
-/// machine (two and a half leases).
-const SHORT_LEASE: Duration = Duration::from_millis(200);
-const LAPSE: Duration = Duration::from_millis(500);
+/// A lease short enough to lapse within a test, yet long enough for the steps a scenario takes
+/// right after its claim (DynamoDB Local on a loaded machine takes tens of milliseconds a
+/// request), and the wait that outlasts it (two and a half leases).
+const SHORT_LEASE: Duration = Duration::from_millis(500);
+const LAPSE: Duration = Duration::from_millis(1250);
+/// A lease that does not lapse within a scenario.
+const LONG_LEASE: Duration = Duration::from_secs(30);
 /// What a result of the keys below would be kept for: the claims keep their records as long.
 const TTL: Duration = Duration::from_secs(60);
 
@@ -120,7 +123,7 @@ pub async fn lapsed_claim_is_taken_over_as_abandoned(idem: Idem) {
     fenced_out(store, &k, t1, "the abandoned attempt").await;
 
     tokio::time::sleep(LAPSE).await;
-    let (t3, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t3, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(t3 > t2);
     assert_eq!(
         takeover,
@@ -147,16 +150,16 @@ pub async fn lapsed_claim_is_taken_over_as_abandoned(idem: Idem) {
 pub async fn released_key_is_not_abandoned(idem: Idem) {
     let store = idem.store();
     let k = Key::new("released");
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(store.release(&k.key, t1).await.unwrap());
-    let (t2, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t2, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(t2 > t1);
     assert_eq!(takeover, None, "released");
     assert_eq!(k.live(store).await.attempt, 1);
 
     let forced = store.force_release(&k.key).await.unwrap().expect("live");
     assert_eq!(forced.token, t2);
-    let (t3, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t3, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert_eq!(takeover, None, "force-released");
 
     let short = Complete {
@@ -165,7 +168,7 @@ pub async fn released_key_is_not_abandoned(idem: Idem) {
     };
     assert!(store.complete(short).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (_, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (_, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert_eq!(takeover, None, "expired after its result");
     assert_eq!(k.live(store).await.attempt, 1);
 }
@@ -206,7 +209,7 @@ pub async fn parked_key_is_live_and_held_by_nobody(idem: Idem) {
 pub async fn abandon_makes_the_next_claim_a_takeover(idem: Idem) {
     let store = idem.store();
     let k = Key::new("abandon");
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     let first = k.live(store).await;
     assert!(
         !store.abandon(&k.key, t1 + 1).await.unwrap(),
@@ -215,7 +218,7 @@ pub async fn abandon_makes_the_next_claim_a_takeover(idem: Idem) {
     assert!(store.abandon(&k.key, t1).await.unwrap());
     assert_eq!(store.get(&k.key).await.unwrap(), None, "not live");
     assert!(!store.abandon(&k.key, t1).await.unwrap(), "twice");
-    let (t2, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t2, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(t2 > t1);
     assert_eq!(
         takeover,
@@ -239,7 +242,7 @@ pub async fn resolve_acts_only_on_parked_keys(idem: Idem) {
         Resolved::NotParked(None),
         "a free key"
     );
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     match store.resolve(&k.key, Resolve::NotApplied).await.unwrap() {
         Resolved::NotParked(Some(r)) => assert_eq!((r.status, r.token), (Status::InProgress, t1)),
         other => panic!("a running key: {other:?}"),
@@ -254,7 +257,7 @@ pub async fn resolve_acts_only_on_parked_keys(idem: Idem) {
 
     // Applied: completed with the operator's value, the parked token kept.
     let k = Key::new("resolve-applied");
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(store.park(&k.key, t1).await.unwrap());
     match store.resolve(&k.key, applied(b"operator")).await.unwrap() {
         Resolved::Done(r) => assert_eq!((r.status, r.token), (Status::Parked, t1)),
@@ -271,14 +274,14 @@ pub async fn resolve_acts_only_on_parked_keys(idem: Idem) {
 
     // Not applied: released; the next claim runs as a first attempt.
     let k = Key::new("resolve-not-applied");
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(store.park(&k.key, t1).await.unwrap());
     assert!(matches!(
         store.resolve(&k.key, Resolve::NotApplied).await.unwrap(),
         Resolved::Done(r) if r.status == Status::Parked
     ));
     assert_eq!(store.get(&k.key).await.unwrap(), None, "free");
-    let (t2, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t2, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(t2 > t1);
     assert_eq!(takeover, None, "released, not abandoned");
     assert_eq!(k.live(store).await.attempt, 1);
@@ -289,12 +292,12 @@ pub async fn resolve_acts_only_on_parked_keys(idem: Idem) {
 pub async fn force_release_frees_a_parked_key(idem: Idem) {
     let store = idem.store();
     let k = Key::new("force-parked");
-    let (t1, _) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t1, _) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(store.park(&k.key, t1).await.unwrap());
     let forced = store.force_release(&k.key).await.unwrap().expect("parked");
     assert_eq!((forced.status, forced.token), (Status::Parked, t1));
     assert_eq!(store.get(&k.key).await.unwrap(), None);
-    let (t2, takeover) = k.claimed(store, Duration::from_secs(30), TTL).await;
+    let (t2, takeover) = k.claimed(store, LONG_LEASE, TTL).await;
     assert!(t2 > t1);
     assert_eq!(takeover, None);
 }
@@ -307,11 +310,14 @@ pub async fn purge_keeps_parked_and_abandoned_records(idem: Idem) {
     let abandoned = Key::new("purge-abandoned");
     let parked = Key::new("purge-parked");
     let brief = Key::new("purge-brief");
-    let (ta, _) = abandoned.claimed(store, SHORT_LEASE, TTL).await;
-    let (tp, _) = parked.claimed(store, SHORT_LEASE, TTL).await;
-    let (tb, _) = brief.claimed(store, SHORT_LEASE, Duration::ZERO).await;
-    assert!(store.park(&parked.key, tp).await.unwrap());
+    // Abandoned and parked by their holders, which leaves no timing to the test but the brief
+    // claim's lapse.
+    let (ta, _) = abandoned.claimed(store, LONG_LEASE, TTL).await;
     let started = abandoned.live(store).await.created_at;
+    assert!(store.abandon(&abandoned.key, ta).await.unwrap());
+    let (tp, _) = parked.claimed(store, LONG_LEASE, TTL).await;
+    assert!(store.park(&parked.key, tp).await.unwrap());
+    let (tb, _) = brief.claimed(store, SHORT_LEASE, Duration::ZERO).await;
     tokio::time::sleep(LAPSE).await;
     idem.purge_expired(1000).await.unwrap();
     assert_eq!(parked.live(store).await.status, Status::Parked);
