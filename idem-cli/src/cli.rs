@@ -95,6 +95,8 @@ pub(crate) enum Command {
     },
     /// Count records by namespace and state
     Stats,
+    /// The operators' web board: counts, lists, a key's record and steps, confirmed actions
+    Board(crate::board::BoardArgs),
     /// The transactional outbox (PostgreSQL or MySQL, by the URL): its messages, dead letters and purge
     Outbox {
         #[command(subcommand)]
@@ -164,6 +166,7 @@ impl Command {
             Command::Purge { .. } => "purge",
             Command::Stats => "stats",
             Command::Check(_) => "check",
+            Command::Board(_) => "board",
             Command::Outbox { command, .. } => match command {
                 OutboxCommand::Migrate => "outbox migrate",
                 OutboxCommand::Stats => "outbox stats",

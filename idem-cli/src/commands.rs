@@ -22,7 +22,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
     if let Command::Check(args) = cli.command {
         return crate::check::run(args, cli.json).await;
     }
-    let Some(url) = cli.url else {
+    let Some(url) = crate::board::store_url(&cli.command).or(cli.url) else {
         return Err(Failure::usage(
             "no store URL: pass --url (or set IDEM_URL) to sqlite://FILE, \
              postgres://USER@HOST:PORT/DATABASE or redis://HOST:PORT/",
@@ -65,6 +65,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
         Command::Purge { batch, .. } => purge(&ctx, batch).await,
         Command::Stats => stats(&ctx).await,
         Command::Check(args) => crate::check::run(args, ctx.json).await,
+        Command::Board(args) => crate::board::run(args, ctx.url, ctx.target, outbox_table).await,
         Command::Outbox { command } => {
             crate::outbox::run(&ctx.url, &outbox_table, ctx.command, ctx.json, command).await
         }

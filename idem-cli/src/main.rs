@@ -6,6 +6,7 @@
 //! codes and hints).
 #![warn(missing_docs)]
 
+mod board;
 mod check;
 mod cli;
 mod commands;

@@ -10,7 +10,10 @@ use crate::codec::{self, Stored};
 use crate::error::Error;
 use crate::store::{Backend, Store};
 
-pub use crate::store::{Filter, Inspect, KeyInfo, Migrated, Stat, State};
+pub use crate::store::{
+    summary_name, Cursor, Filter, Inspect, KeyInfo, Migrated, NameSummary, Overview, PageQuery,
+    Stat, State,
+};
 
 /// Deletes expired records in batches of `batch`, calling `progress` with the running total
 /// after every batch. Returns the total.

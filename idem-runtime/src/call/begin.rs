@@ -95,10 +95,6 @@ impl Prepared {
                 Decision::InProgress { retry_after } => {
                     Begun::Done(Err(self.in_progress(retry_after).into()))
                 }
-                // Until the engine answers a parked key with its own error: never the body.
-                Decision::OutcomeUnknown => {
-                    Begun::Done(Err(self.in_progress(protocol::MAX_RETRY_AFTER).into()))
-                }
             };
         }
     }

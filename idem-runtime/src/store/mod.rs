@@ -41,7 +41,9 @@ pub use crate::record::{ClaimOutcome, Record, Status, Takeover};
 pub use executor::Connection;
 pub use executor::Executor;
 pub(crate) use inspect::{count_states, finish_listing};
-pub use inspect::{Filter, Inspect, KeyInfo, Stat, State};
+pub use inspect::{
+    summary_name, Cursor, Filter, Inspect, KeyInfo, NameSummary, Overview, PageQuery, Stat, State,
+};
 pub use migration::{Migrated, Migration, SchemaVersion, DEFAULT_TABLE};
 #[cfg_attr(
     not(any(feature = "postgres", feature = "redis")),
@@ -268,16 +270,6 @@ pub trait Store: Send + Sync + 'static {
         key: &'a Digest,
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>>;
-
-    /// An [`Executor`] that runs this store's claim, completion and release on `conn`, a
-    /// caller's connection inside its transaction, with the same statements as the store's own
-    /// steps (the transactional mode: `Call::in_transaction`). `None` (the default) when this
-    /// store is not of that connection's database.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn in_transaction<'a>(&'a self, conn: Connection<'a>) -> Option<Box<dyn Executor + 'a>> {
-        let _ = conn;
-        None
-    }
 }
 
 /// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).

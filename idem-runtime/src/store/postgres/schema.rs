@@ -84,16 +84,6 @@ impl Table {
     }
 }
 
-impl Table {
-    /// An object of the table's schema (an index), qualified as the table is.
-    fn qualified(&self, object: &str) -> String {
-        match &self.schema {
-            Some(s) => format!("\"{s}\".{object}"),
-            None => object.to_string(),
-        }
-    }
-}
-
 /// Every migration, in order, for `table`.
 pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
     vec![
@@ -139,18 +129,17 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
             // Before this version an in-progress row whose lease had ended meant a free key (a
             // release ended it so): it becomes released, not abandoned, or the first claim
             // after the upgrade would take over attempts nobody abandoned. The purge goes by
-            // `keep_until` from now on: its index replaces the one on `expires_at`.
+            // `keep_until` from now on, through an index of its own; the one on `expires_at`
+            // stays for the operators' pages, which list live records in expiry order.
             sql: format!(
                 "ALTER TABLE {records} ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1;\n\
                  ALTER TABLE {records} ADD COLUMN IF NOT EXISTS keep_until bigint NOT NULL DEFAULT 0;\n\
                  UPDATE {records} SET keep_until = expires_at, status = CASE WHEN status = 0 AND \
                  expires_at <= {clock} THEN 2 ELSE status END;\n\
-                 CREATE INDEX IF NOT EXISTS {keep_idx} ON {records} (keep_until);\n\
-                 DROP INDEX IF EXISTS {expires_idx}",
+                 CREATE INDEX IF NOT EXISTS {keep_idx} ON {records} (keep_until)",
                 records = t.records,
                 clock = super::CLOCK,
                 keep_idx = t.keep_idx,
-                expires_idx = t.qualified(&t.expires_idx),
             ),
         },
     ]
