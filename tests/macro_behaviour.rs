@@ -680,3 +680,105 @@ async fn in_progress_retry_after_is_the_lease_left_capped() {
     assert_eq!(first.await.unwrap().unwrap().into_inner(), 1);
     assert_eq!(second.await.unwrap().unwrap().into_inner(), 1);
 }
+
+/// A payment gateway that records charges under the idempotency key it is given: what a
+/// reconcile asks after a crash.
+#[derive(Default)]
+struct Gateway {
+    charges: Mutex<std::collections::HashMap<String, u64>>,
+    made: AtomicUsize,
+}
+
+impl Gateway {
+    /// Charges under `key` (the call's `current_key()`), once per key as a real gateway would
+    /// with an idempotency key, and counts the charges it made.
+    fn charge(&self, key: String, amount: u64) -> u64 {
+        let mut charges = self.charges.lock().unwrap();
+        *charges.entry(key).or_insert_with(|| {
+            self.made.fetch_add(1, Ordering::SeqCst);
+            amount
+        })
+    }
+
+    async fn find(&self) -> Result<Option<u64>, AppError> {
+        let key = idem::current_key().expect("inside the call");
+        Ok(self.charges.lock().unwrap().get(&key).copied())
+    }
+}
+
+#[idempotent(key = order, store = idem, skip(idem, gateway, crash), lease = "250ms",
+             reconcile = gateway.find())]
+async fn pay_once(
+    order: u64,
+    amount: u64,
+    idem: &Idem,
+    gateway: &Gateway,
+    crash: bool,
+) -> Result<u64, AppError> {
+    let charged = gateway.charge(idem::current_key().unwrap(), amount);
+    if crash {
+        // The process dies after the side effect, before the result is stored.
+        std::future::pending::<()>().await;
+    }
+    Ok(charged)
+}
+
+/// The crash window: the body charged, then its process died before idem stored the result.
+/// The next call takes the abandoned attempt over and its reconcile finds the charge by the
+/// key passed down: the charge is returned and stored, and the body does not run again.
+#[tokio::test]
+async fn a_reconcile_closes_the_crash_window() {
+    let idem = Idem::memory();
+    let gateway = Gateway::default();
+    let crashed = tokio::time::timeout(
+        Duration::from_millis(100),
+        pay_once(7, 1200, &idem, &gateway, true),
+    )
+    .await;
+    assert!(crashed.is_err(), "the first attempt died mid-call");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(pay_once(7, 1200, &idem, &gateway, false).await, Ok(1200));
+    assert_eq!(pay_once(7, 1200, &idem, &gateway, false).await, Ok(1200));
+    assert_eq!(gateway.made.load(Ordering::SeqCst), 1, "one charge");
+}
+
+#[idempotent(key = order, store = idem, skip(idem, gateway, crash), lease = "250ms",
+             on_abandoned = park)]
+async fn pay_or_park(
+    order: u64,
+    idem: &Idem,
+    gateway: &Gateway,
+    crash: bool,
+) -> Result<u64, AppError> {
+    let charged = gateway.charge(idem::current_key().unwrap(), order);
+    if crash {
+        std::future::pending::<()>().await;
+    }
+    Ok(charged)
+}
+
+/// `on_abandoned = park`: after the crash, callers get `OutcomeUnknown` (through `From`) and
+/// nothing runs until an operator resolves the key; then they get the resolved value.
+#[tokio::test]
+async fn a_parked_crash_waits_for_an_operator() {
+    let idem = Idem::memory();
+    let gateway = Gateway::default();
+    let crashed = tokio::time::timeout(
+        Duration::from_millis(100),
+        pay_or_park(9, &idem, &gateway, true),
+    )
+    .await;
+    assert!(crashed.is_err());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for _ in 0..2 {
+        match pay_or_park(9, &idem, &gateway, false).await {
+            Err(AppError::Idem(msg)) => assert!(msg.contains("parked"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    idem.resolve("pay_or_park", &9u64, idem::Resolution::Applied(9u64))
+        .await
+        .unwrap();
+    assert_eq!(pay_or_park(9, &idem, &gateway, false).await, Ok(9));
+    assert_eq!(gateway.made.load(Ordering::SeqCst), 1);
+}

@@ -6,7 +6,7 @@
 
 use idem::key::Digest;
 use idem::store::memory::MemoryStore;
-use idem::store::{BoxFuture, Claim, ClaimOutcome, Complete, Record};
+use idem::store::{BoxFuture, Claim, ClaimOutcome, Complete, Record, Resolve, Resolved};
 use idem::{Backend, CodecErrorKind, Error, Idem, Outcome, Store};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,6 +67,19 @@ impl Store for Counted {
     }
     fn max_value_len(&self) -> Option<usize> {
         self.max_value_len
+    }
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        self.inner.park(key, token)
+    }
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        self.inner.abandon(key, token)
+    }
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        self.inner.resolve(key, resolution)
     }
 }
 
@@ -235,7 +248,7 @@ mod encryption {
         // Copy a's value to b, as someone with write access to the store could.
         for (name, key) in [("moved", "b"), ("other-namespace", "a")] {
             let b = digest(name, key);
-            let ClaimOutcome::Claimed { token } = store
+            let ClaimOutcome::Claimed { token, .. } = store
                 .claim(Claim {
                     name,
                     key: &b,
@@ -243,6 +256,7 @@ mod encryption {
                         &idem::key::canonical(key).unwrap(),
                     ),
                     lease: Duration::from_secs(30),
+                    ttl: Duration::ZERO,
                 })
                 .await
                 .unwrap()

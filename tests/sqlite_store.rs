@@ -268,12 +268,20 @@ async fn handles_opening_one_new_file_together_all_open_it() {
 
 /// A file written by idem 0.1 (table `idem_keys`, its version in `idem_keys_schema`) opens with
 /// the default options and keeps its keys: the finished call replays, nothing runs again. The
-/// first open records the version in `idem_keys_migrations`, the way every store records it,
-/// and leaves `idem_keys_schema` for processes of the earlier version.
+/// first open records the versions in `idem_keys_migrations`, the way every store records them,
+/// and leaves `idem_keys_schema` for processes of the earlier version. The upgrade to schema 2
+/// (abandoned attempts) reads every old row as attempt 1 kept until its end, and a claim whose
+/// lease had lapsed as released, not abandoned: it meant a free key then.
 #[tokio::test]
 async fn a_file_of_the_earlier_schema_upgrades_in_place_and_keeps_its_keys() {
+    use idem::store::{Claim, ClaimOutcome, Status};
     let (_dir, url) = temp_db("legacy");
-    let digest = idem::testkit::digest("legacy.v1", "order-7");
+    let digest = |key: &str| idem::testkit::digest("legacy.v1", key);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let hour = 3_600_000;
     {
         let mut conn = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
             .await
@@ -289,30 +297,71 @@ async fn a_file_of_the_earlier_schema_upgrades_in_place_and_keeps_its_keys() {
         ] {
             sqlx::query(ddl).execute(&mut conn).await.unwrap();
         }
+        // Rows as idem 0.1 wrote them: a finished call, a claim whose lease lapsed (a free key
+        // then), a claim still live.
+        let value = idem::testkit::encode_stored(&Ok::<u32, String>(7)).unwrap();
+        for (key, status, value, created_at, expires_at) in [
+            ("order-7", 1, Some(value), now - 1000, now + hour),
+            ("order-8", 0, None, now - 10_000, now - 5000),
+            ("order-9", 0, None, now - 1000, now + hour),
+        ] {
+            sqlx::query(
+                "INSERT INTO idem_keys (key, name, fingerprint, token, status, value, \
+                 created_at, expires_at) VALUES (?1, 'legacy.v1', ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .bind(digest(key).as_bytes().to_vec())
+            .bind(idem::testkit::fingerprint(key).as_bytes().to_vec())
+            .bind(created_at * 1000)
+            .bind(status)
+            .bind(value)
+            .bind(created_at)
+            .bind(expires_at)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
         conn.close().await.unwrap();
     }
-    // A completed call, written through the store on that table.
-    let old = SqliteOptions::from_url(&url)
-        .unwrap()
-        .table("idem_keys")
-        .migrate_on_open(false)
-        .connect()
-        .await
-        .unwrap();
-    let idem = Idem::from_store(old);
-    let first = idem
-        .call("legacy.v1")
-        .key("order-7")
-        .run(async { Ok::<_, Error>(7u32) })
-        .await
-        .unwrap();
-    assert_eq!(first, Outcome::Fresh(7));
-    drop(idem);
 
     let store = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(store.table(), "idem_keys", "the file keeps its table");
     let pool = store.pool().clone();
-    assert!(idem::Store::get(&store, &digest).await.unwrap().is_some());
+    let live = idem::Store::get(&store, &digest("order-9"))
+        .await
+        .unwrap()
+        .expect("the live claim");
+    assert_eq!(
+        (live.status, live.attempt, live.keep_until),
+        (Status::InProgress, 1, now + hour)
+    );
+    let statuses: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT status, keep_until - expires_at FROM idem_keys ORDER BY created_at, status",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        [(2, 0), (0, 0), (1, 0)],
+        "lapsed: released; kept until their end"
+    );
+    let fp = idem::testkit::fingerprint("order-8");
+    let lapsed = Claim {
+        name: "legacy.v1",
+        key: &digest("order-8"),
+        fingerprint: &fp,
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+    };
+    match idem::Store::claim(&store, lapsed).await.unwrap() {
+        ClaimOutcome::Claimed { takeover, .. } => {
+            assert_eq!(
+                takeover, None,
+                "a lapsed claim of 0.1 is released, not abandoned"
+            )
+        }
+        other => panic!("the lapsed claim's key is free: {other:?}"),
+    }
     let idem = Idem::from_store(store);
     let again = idem
         .call("legacy.v1")
@@ -326,7 +375,7 @@ async fn a_file_of_the_earlier_schema_upgrades_in_place_and_keeps_its_keys() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(recorded, [1]);
+    assert_eq!(recorded, [1, 2]);
     let legacy: i64 = sqlx::query_scalar("SELECT max(version) FROM idem_keys_schema")
         .fetch_one(&pool)
         .await

@@ -206,9 +206,12 @@ fn redis_fields(r: &Reply) -> Vec<Value> {
         number(r.created_at, r.ints),
         number(r.expires_at, r.ints),
         r.now.map_or(Value::Nil, |n| number(n, r.ints)),
+        // attempt and keep_until: absent, as in a record written before them.
+        Value::Nil,
+        Value::Nil,
     ];
     if let Some((i, field)) = &r.replace {
-        fields[*i as usize % 8] = field.value();
+        fields[*i as usize % 10] = field.value();
     }
     fields
 }
@@ -231,6 +234,7 @@ fn check_record(key: Digest, r: &Reply, fields: &[Value]) {
                 assert_eq!(record.name, r.name);
                 assert_eq!(record.created_at, r.created_at);
                 assert_eq!(record.expires_at, r.expires_at);
+                assert_eq!((record.attempt, record.keep_until), (1, r.expires_at));
                 match r.now {
                     Some(now) => assert_eq!(record.now, now),
                     None => assert!(
@@ -289,6 +293,8 @@ fuzz_target!(|input: Input| match input {
         let expected = match status {
             0 => Some(Status::InProgress),
             1 => Some(Status::Completed),
+            2 => Some(Status::Released),
+            3 => Some(Status::Parked),
             _ => None,
         };
         assert_eq!(status_from_column(status), expected);

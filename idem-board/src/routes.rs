@@ -145,11 +145,13 @@ impl Done {
     }
 }
 
-fn key_state(status: Status, expires_at: i64, now: i64) -> Markup {
-    match admin::State::of(status, expires_at, now) {
+fn key_state(status: Status, expires_at: i64, keep_until: i64, now: i64) -> Markup {
+    match admin::State::of(status, expires_at, keep_until, now) {
         admin::State::InProgress => state("in_progress", "in progress"),
         admin::State::Completed => state("completed", "completed"),
-        admin::State::Expired => state("expired", "expired"),
+        admin::State::Parked => state("parked", "parked"),
+        admin::State::Abandoned => state("abandoned", "abandoned"),
+        _ => state("expired", "expired"),
     }
 }
 
@@ -175,7 +177,7 @@ fn records_table(rows: &[KeyInfo], id: &str) -> Markup {
                             None => (r.name),
                         }
                     }
-                    td { (key_state(r.status, r.expires_at, r.now)) }
+                    td { (key_state(r.status, r.expires_at, r.keep_until, r.now)) }
                     td.n { (r.token) }
                     td.t title=(utc(r.created_at)) { (span(r.now - r.created_at)) " ago" }
                     td.t title=(utc(r.expires_at)) { (span(r.expires_at - r.now)) }
@@ -446,7 +448,7 @@ async fn key_page(
                         dt { "step of" } dd { a href={ "/keys/" (parent) } { code { (parent) } } " (step " code { (step) } ")" }
                     }
                     dt { "key" } dd.mono { (hex) }
-                    dt { "state" } dd id="state" { (key_state(r.status, r.expires_at, r.now)) }
+                    dt { "state" } dd id="state" { (key_state(r.status, r.expires_at, r.keep_until, r.now)) }
                     dt { "token (attempt)" } dd { (r.token) }
                     dt { "fingerprint" } dd.mono { (r.fingerprint.to_hex()) }
                     dt { "claimed" } dd { (utc(r.created_at)) " (" (span(r.now - r.created_at)) " ago)" }

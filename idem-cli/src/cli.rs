@@ -221,6 +221,7 @@ pub(crate) struct KeyArgs {
 pub(crate) enum StatusArg {
     InProgress,
     Completed,
+    Parked,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

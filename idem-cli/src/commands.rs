@@ -55,6 +55,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
                 .status(status.map(|s| match s {
                     StatusArg::InProgress => Status::InProgress,
                     StatusArg::Completed => Status::Completed,
+                    StatusArg::Parked => Status::Parked,
                 }))
                 .older_than(older_than)
                 .limit(limit);

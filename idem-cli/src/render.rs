@@ -18,6 +18,9 @@ fn status_str(s: Status) -> &'static str {
     match s {
         Status::InProgress => "in-progress",
         Status::Completed => "completed",
+        Status::Released => "released",
+        Status::Parked => "parked",
+        _ => "unknown",
     }
 }
 
@@ -33,6 +36,7 @@ fn info_json(i: &KeyInfo) -> Value {
         "expires_at": utc(i.expires_at),
         "lease_left_ms": (i.status == Status::InProgress).then_some(left),
         "ttl_left_ms": (i.status == Status::Completed).then_some(left),
+        "attempt": i.attempt,
         "token": i.token,
         "fingerprint": i.fingerprint.to_hex(),
         "value_size": i.value_size,
@@ -114,6 +118,16 @@ fn explain(r: &Record) -> String {
              another {left}. `idem release --force` deletes it: the next call runs the body \
              again."
         ),
+        Status::Parked => format!(
+            "Attempt {} of this call was abandoned (its process died or its lease lapsed \
+             before it stored a result) and its function parks such keys: whether its side \
+             effect happened is unknown, so every call with this key gets `outcome unknown` \
+             until an operator decides. It does not expire. Check whether the effect happened, \
+             then resolve the key; `idem release --force` frees it, and the next call runs the \
+             body again.",
+            r.attempt.saturating_sub(1).max(1)
+        ),
+        _ => "The record has ended: the next call with this key runs the body.".to_string(),
     }
 }
 
@@ -159,7 +173,10 @@ pub(crate) fn record(
         Status::Completed => {
             rows.push(("ttl left", format!("{left} (until {})", utc(r.expires_at))))
         }
+        Status::Parked => rows.push(("parked", "until an operator resolves it".to_string())),
+        _ => rows.push(("ended", utc(r.expires_at))),
     }
+    rows.push(("attempt", r.attempt.to_string()));
     rows.push(("token", r.token.to_string()));
     rows.push(("fingerprint", r.fingerprint.to_hex()));
     rows.push((
@@ -236,6 +253,14 @@ pub(crate) fn refusal(label: &str, r: &Record) -> String {
              run again with --force. Nothing was changed.",
             r.value.as_ref().map_or(0, Vec::len)
         ),
+        Status::Parked => format!(
+            "refused: {label} is parked: an abandoned attempt's outcome is unknown (attempt {}, \
+             claimed {ago} ago). Releasing it lets the next call run the body again, which \
+             repeats the side effect if it happened. Check first, then run again with --force. \
+             Nothing was changed.",
+            r.attempt
+        ),
+        _ => format!("refused: {label} has ended. Nothing was changed."),
     }
 }
 
@@ -261,20 +286,27 @@ pub(crate) fn released(label: &str, digest: &Digest, r: &Record, json: bool) -> 
             r.value.as_ref().map_or(0, Vec::len),
             human(r.remaining())
         ),
+        (Status::Parked, true) => format!(
+            "ended the parked key (token {}, attempt {}, outcome never resolved)",
+            r.token, r.attempt
+        ),
+        (_, true) => "ended the record".to_string(),
     };
     format!("released {label}: {what}. The next call with this key runs the body.\n")
 }
 
 /// `idem stats`: one row per namespace and a total.
 pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
-    // One row per namespace: [in progress, completed, expired].
-    let mut by_name: std::collections::BTreeMap<String, [u64; 3]> = Default::default();
-    let mut total = [0u64; 3];
+    // One row per namespace: [in progress, completed, expired, parked, abandoned].
+    let mut by_name: std::collections::BTreeMap<String, [u64; 5]> = Default::default();
+    let mut total = [0u64; 5];
     for s in stats {
         let i = match s.state {
             State::InProgress => 0,
             State::Completed => 1,
             State::Expired => 2,
+            State::Parked => 3,
+            State::Abandoned => 4,
         };
         by_name.entry(s.name.clone()).or_default()[i] += s.count;
         total[i] += s.count;
@@ -282,11 +314,15 @@ pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
     if json {
         let names: Vec<Value> = by_name
             .iter()
-            .map(|(n, c)| json!({"name": n, "in_progress": c[0], "completed": c[1], "expired": c[2]}))
+            .map(|(n, c)| {
+                json!({"name": n, "in_progress": c[0], "completed": c[1], "expired": c[2],
+                    "parked": c[3], "abandoned": c[4]})
+            })
             .collect();
         return doc(json!({
             "names": names,
-            "total": {"in_progress": total[0], "completed": total[1], "expired": total[2]},
+            "total": {"in_progress": total[0], "completed": total[1], "expired": total[2],
+                "parked": total[3], "abandoned": total[4]},
         }));
     }
     let mut rows: Vec<Vec<String>> = by_name
@@ -301,9 +337,16 @@ pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
     last.extend(total.iter().map(u64::to_string));
     rows.push(last);
     table(
-        &["NAME", "IN-PROGRESS", "COMPLETED", "EXPIRED"],
+        &[
+            "NAME",
+            "IN-PROGRESS",
+            "COMPLETED",
+            "EXPIRED",
+            "PARKED",
+            "ABANDONED",
+        ],
         &rows,
-        &[1, 2, 3],
+        &[1, 2, 3, 4, 5],
     )
 }
 

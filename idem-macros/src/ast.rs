@@ -53,6 +53,8 @@ options! {
     OnError = "on_error": "`on_error = release`, `on_error = keep` or `on_error = path::to::decide` (a `fn(&E) -> idem::OnError`)",
     Crate = "crate": "a path to the `idem` crate, e.g. `crate = ::my_idem`",
     Step = "step": "a flag: `step` keys this call under the idempotent call it runs in",
+    Reconcile = "reconcile": "an `impl Future<Output = Result<Option<T>, E>>` expression run when the call takes over an abandoned attempt, e.g. `reconcile = gateway.find_charge(order_id)`",
+    OnAbandoned = "on_abandoned": "`on_abandoned = rerun` (the default: run the body again) or `on_abandoned = park` (run nothing until an operator resolves the key)",
     Transaction = "transaction": "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
 }
 
@@ -77,6 +79,13 @@ pub enum OnErrorArg {
     Decide(Path),
 }
 
+/// `on_abandoned = …`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum OnAbandonedArg {
+    Rerun,
+    Park,
+}
+
 /// The options, as one typed value.
 #[derive(Default)]
 pub struct Args {
@@ -96,6 +105,10 @@ pub struct Args {
     pub step: bool,
     /// `transaction = tx`: the argument whose SQL transaction holds the claim and result.
     pub transaction: Option<Ident>,
+    /// `reconcile = …`: run on a takeover of an abandoned attempt, before the body.
+    pub reconcile: Option<Expr>,
+    /// `on_abandoned = …`.
+    pub on_abandoned: Option<OnAbandonedArg>,
     /// The options as written, each with the span of its name: a rule about an option points
     /// there, and a second occurrence is refused.
     written: Vec<(Opt, Span)>,
@@ -153,6 +166,10 @@ impl Parse for Args {
                 Opt::Crate => args.krate = Some(value(input, &ident, opt, parse_crate)?),
                 Opt::Transaction => {
                     args.transaction = Some(value(input, &ident, opt, parse_transaction)?);
+                }
+                Opt::Reconcile => args.reconcile = Some(value(input, &ident, opt, parse_expr)?),
+                Opt::OnAbandoned => {
+                    args.on_abandoned = Some(value(input, &ident, opt, parse_on_abandoned)?);
                 }
             }
 
@@ -312,6 +329,25 @@ fn parse_name(input: ParseStream, _: Opt) -> syn::Result<LitStr> {
         ));
     }
     Ok(lit)
+}
+
+fn parse_on_abandoned(input: ParseStream, _: Opt) -> syn::Result<OnAbandonedArg> {
+    let wrong = |span: Span| {
+        syn::Error::new(
+            span,
+            "`on_abandoned` takes `rerun` (run the body again, the default) or `park` (run \
+             nothing: callers get `idem::Error::OutcomeUnknown` until an operator resolves the key)",
+        )
+    };
+    let ident = Ident::parse_any(input).map_err(|e| wrong(e.span()))?;
+    if !input.is_empty() && !input.peek(Token![,]) {
+        return Err(wrong(input.span()));
+    }
+    match ident.to_string().as_str() {
+        "rerun" => Ok(OnAbandonedArg::Rerun),
+        "park" => Ok(OnAbandonedArg::Park),
+        _ => Err(wrong(ident.span())),
+    }
 }
 
 fn parse_on_error(input: ParseStream, _: Opt) -> syn::Result<OnErrorArg> {

@@ -2,7 +2,7 @@
 //! same function, as an `async move` block run under a claim. Generated code reaches the
 //! runtime only through `#krate::__private`.
 
-use crate::ast::{Args, DurationArg, OnErrorArg};
+use crate::ast::{Args, DurationArg, OnAbandonedArg, OnErrorArg};
 use crate::valid::Checked;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
@@ -30,7 +30,7 @@ pub fn expand(args: &Args, checked: Checked, mut item: ItemFn) -> TokenStream {
             // The call to `run` is spanned at the return type, so that its unsatisfied bounds
             // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
             let ret_span = checked.ret.span();
-            let body = pinned_body(&checked.ret, stmts, ret_span);
+            let body = pinned_body(&checked.ret, &reconcile(&krate, args), stmts, ret_span);
             let krate_at_ret = respan(krate.clone(), ret_span);
             let run = quote_spanned! {ret_span=>
                 #krate_at_ret::__private::run(__idem_call, #policy, #body).await
@@ -75,6 +75,12 @@ fn setup(krate: &TokenStream, args: &Args, checked: &Checked, builder: TokenStre
     }
     if args.step {
         setup.extend(quote!(.step()));
+    }
+    if args.reconcile.is_some() {
+        setup = quote!(#krate::__private::reconciling(#setup));
+    }
+    if args.on_abandoned == Some(OnAbandonedArg::Park) {
+        setup = quote!(#krate::__private::park(#setup));
     }
     for (method, value) in [
         ("ttl", &args.ttl),
@@ -122,16 +128,36 @@ fn policy(krate: &TokenStream, args: &Args) -> TokenStream {
     }
 }
 
+/// `reconcile = …` as the start of the body: on a takeover of an abandoned attempt, its
+/// `Some(result)` is the call's result and the body does not run. Spanned at the expression, so
+/// that a future of the wrong output type is reported there.
+fn reconcile(krate: &TokenStream, args: &Args) -> TokenStream {
+    let Some(expr) = &args.reconcile else {
+        return TokenStream::new();
+    };
+    let found = quote_spanned! {expr.span()=>
+        #krate::__private::reconcile_output(#expr.await)
+    };
+    quote! {
+        if let ::core::option::Option::Some(__idem_found) =
+            #krate::__private::reconcile(async { #found }).await
+        {
+            return __idem_found;
+        }
+    }
+}
+
 /// The body as an `async move` block whose output is pinned to the function's return type, so
-/// that `?` and `return` in the body infer as they would in the function itself. `span` is where
-/// a bound the block fails is reported.
-fn pinned_body(ret: &Type, stmts: &[syn::Stmt], span: Span) -> TokenStream {
+/// that `?` and `return` in the body infer as they would in the function itself; `prelude`
+/// (a reconcile) runs first. `span` is where a bound the block fails is reported.
+fn pinned_body(ret: &Type, prelude: &TokenStream, stmts: &[syn::Stmt], span: Span) -> TokenStream {
     quote_spanned! {span=>
         async move {
             if let ::core::option::Option::Some(__idem_ret) = ::core::option::Option::None::<#ret> {
                 #[allow(unreachable_code)]
                 return __idem_ret;
             }
+            #prelude
             let __idem_ret: #ret = { #(#stmts)* };
             #[allow(unreachable_code)]
             __idem_ret
@@ -159,7 +185,7 @@ fn transactional(
     let setup = setup(krate, args, checked, builder);
     let policy = policy(krate, args);
     let ret = &checked.ret;
-    let body = pinned_body(ret, stmts, Span::call_site());
+    let body = pinned_body(ret, &reconcile(krate, args), stmts, Span::call_site());
     // Spanned at the return type, as `run` is: unsatisfied bounds on `T` and `E` point there.
     let ret_span = ret.span();
     let m_at_ret = respan(tx_mod.clone(), ret_span);

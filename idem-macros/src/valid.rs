@@ -2,7 +2,8 @@
 //! mistake. All of them are checked, so one build shows every mistake at once; what they
 //! establish (the return type, the arguments in the default key) is handed to `expand`.
 
-use crate::ast::{Args, Opt};
+use crate::ast::{Args, OnAbandonedArg, Opt};
+use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ItemFn, Pat, PatType, ReturnType, Type};
 
@@ -20,6 +21,15 @@ pub fn check(args: &Args, func: &ItemFn) -> syn::Result<Checked> {
     let sig = &func.sig;
 
     transaction_excludes(args, &mut errors);
+    if let (Some(_), Some(OnAbandonedArg::Park)) = (&args.reconcile, args.on_abandoned) {
+        errors.push(syn::Error::new(
+            args.span_of(Opt::OnAbandoned)
+                .unwrap_or_else(Span::call_site),
+            "`on_abandoned = park` has no effect with `reconcile = …`: the reconcile decides a \
+             takeover (`Ok(None)` runs the body, `Err(_)` leaves the key abandoned); remove one \
+             of the two",
+        ));
+    }
 
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new(

@@ -234,7 +234,7 @@ impl ProtocolModel {
         let ki = self.clients[c as usize].key as usize;
         let now = s.now;
         match decision {
-            Decision::Run { token } => {
+            Decision::Run { token, .. } => {
                 if s.keys[ki].issued.contains(&token) {
                     s.flags.token_reused = true;
                 }
@@ -254,7 +254,9 @@ impl ProtocolModel {
                 cl.phase = Phase::Done(Outcome::Replayed);
                 cl.gone_at = Some(now);
             }
-            Decision::InProgress { .. } => {
+            // This model's calls never park a key, so none answers "outcome unknown"; were one
+            // to, it would not have run the body: as good as in progress for what is checked.
+            Decision::InProgress { .. } | Decision::OutcomeUnknown => {
                 self.next_call(&mut s.clients[c as usize], now, Outcome::InProgress)
             }
             Decision::Mismatch => {
@@ -349,8 +351,10 @@ impl Model for ProtocolModel {
                 }
             }
         }
-        let expired = (0..self.keys)
-            .any(|k| matches!(s.store.raw(&digest(k)), Some(r) if may_forget(r.expires_at, s.now)));
+        let expired = (0..self.keys).any(|k| {
+            matches!(s.store.raw(&digest(k)),
+                Some(r) if may_forget(r.keep_until, s.now) && !is_live(r.expires_at, s.now))
+        });
         if expired {
             actions.push(Action::Purge);
         }
@@ -374,7 +378,9 @@ impl Model for ProtocolModel {
                         None => s.clients[c as usize].phase = Phase::Read,
                     }
                 } else {
-                    let outcome = s.store.claim(NAME, &key, &fp, self.lease, now);
+                    let outcome =
+                        s.store
+                            .claim(NAME, &key, &fp, self.lease, self.ttl.max(self.lease), now);
                     if matches!(outcome, ClaimOutcome::Claimed { .. }) {
                         self.check_exclusive_arguments(&mut s, c);
                     }
@@ -385,8 +391,10 @@ impl Model for ProtocolModel {
                 self.check_exclusive_arguments(&mut s, c);
                 let key = self.key_of(c);
                 let fp = self.fingerprint_of(c);
-                let token = s.store.insert(NAME, &key, &fp, self.lease, now);
-                self.apply_decision(&mut s, c, Decision::Run { token });
+                let (token, takeover) =
+                    s.store
+                        .insert(NAME, &key, &fp, self.lease, self.ttl.max(self.lease), now);
+                self.apply_decision(&mut s, c, Decision::Run { token, takeover });
             }
             Action::Renew(c) => {
                 let key = self.key_of(c);
@@ -436,7 +444,7 @@ impl Model for ProtocolModel {
                 let wrote = s.store.raw(&key) != before.as_ref();
                 if wrote {
                     let held = matches!(&before,
-                        Some(r) if r.token == token && !r.completed)
+                        Some(r) if r.token == token && r.status == Status::InProgress)
                         && s.keys[ki].holder == Some((token, c));
                     if !held {
                         s.flags.foreign_completion = true;

@@ -2,15 +2,15 @@
 //!
 //! Every method is one atomic step, as `idem_runtime::store::Store` documents, and applies the
 //! runtime's own rules: liveness ([`is_live`]), tokens ([`next_token`]), who holds a key
-//! ([`holds`]), how a release ends a record ([`ended_at`]) and when one may go
-//! ([`may_forget`]). It is what the
+//! ([`holds`]), how a release ends a record ([`ended_at`]), which lapsed record is abandoned
+//! ([`abandoned`]) and when one may go ([`may_forget`] of its `keep_until`). It is what the
 //! model checker explores and what the model-based tests compare every real store against.
 //! Times are milliseconds of a logical clock the caller passes in.
 
 use crate::Bug;
 use idem_runtime::key::Digest;
-use idem_runtime::protocol::{ended_at, holds, is_live, may_forget, next_token};
-use idem_runtime::store::{ClaimOutcome, Record, Status};
+use idem_runtime::protocol::{abandoned, ended_at, holds, is_live, may_forget, next_token};
+use idem_runtime::store::{ClaimOutcome, Record, Resolved, Status, Takeover};
 use std::collections::BTreeMap;
 
 /// One stored record.
@@ -22,24 +22,24 @@ pub struct ModelRecord {
     pub fingerprint: Digest,
     /// The fencing token of the attempt that holds or finished it.
     pub token: u64,
-    /// Completed (else in progress); a `bool` so the record hashes for the checker.
-    pub completed: bool,
+    /// In progress, completed, released or parked.
+    pub status: Status,
     /// The stored value (completed records).
     pub value: Option<Vec<u8>>,
     /// When the current attempt claimed it.
     pub created_at: i64,
-    /// End of the lease or of the TTL.
+    /// End of the lease or of the TTL (`i64::MAX` when parked).
     pub expires_at: i64,
+    /// The attempt number (1, or one more than the abandoned attempt's it took over).
+    pub attempt: u32,
+    /// Until when the record is kept.
+    pub keep_until: i64,
 }
 
 impl ModelRecord {
-    /// In progress or completed.
+    /// Its status.
     pub fn status(&self) -> Status {
-        if self.completed {
-            Status::Completed
-        } else {
-            Status::InProgress
-        }
+        self.status
     }
 }
 
@@ -79,21 +79,22 @@ impl ModelStore {
         self.records.get(key).filter(|r| is_live(r.expires_at, now))
     }
 
-    /// `Store::claim`: if no live record exists, write an in-progress one with a new token.
+    /// `Store::claim`: if no live record exists, write an in-progress one with a new token,
+    /// kept until `now + keep_ms` (`max(lease, ttl)`), taking over an abandoned record.
     pub fn claim(
         &mut self,
         name: &str,
         key: &Digest,
         fingerprint: &Digest,
         lease_ms: i64,
+        keep_ms: i64,
         now: i64,
     ) -> ClaimOutcome {
         if let Some(r) = self.live(key, now) {
             return ClaimOutcome::Existing(to_record(key, r, now));
         }
-        ClaimOutcome::Claimed {
-            token: self.insert(name, key, fingerprint, lease_ms, now),
-        }
+        let (token, takeover) = self.insert(name, key, fingerprint, lease_ms, keep_ms, now);
+        ClaimOutcome::Claimed { token, takeover }
     }
 
     /// The write half of a claim: an in-progress record whatever is there. On its own only
@@ -104,26 +105,37 @@ impl ModelStore {
         key: &Digest,
         fingerprint: &Digest,
         lease_ms: i64,
+        keep_ms: i64,
         now: i64,
-    ) -> u64 {
-        let previous = self.records.get(key).map(|r| r.token);
+    ) -> (u64, Option<Takeover>) {
+        let old = self.records.get(key);
+        let previous = old.map(|r| r.token);
+        let takeover = old
+            .filter(|r| abandoned(r.status, r.expires_at, r.keep_until, now))
+            .map(|r| Takeover {
+                attempt: r.attempt + 1,
+                abandoned_at: r.created_at,
+            });
         let token = match (self.bug, previous) {
             (Some(Bug::TokenNotBumpedOnTakeover), Some(p)) => p,
             _ => next_token(previous, now),
         };
+        let expires_at = now.saturating_add(lease_ms);
         self.records.insert(
             *key,
             ModelRecord {
                 name: name.to_owned(),
                 fingerprint: *fingerprint,
                 token,
-                completed: false,
+                status: Status::InProgress,
                 value: None,
                 created_at: now,
-                expires_at: now.saturating_add(lease_ms),
+                expires_at,
+                attempt: takeover.map_or(1, |t| t.attempt),
+                keep_until: now.saturating_add(keep_ms.max(lease_ms)),
             },
         );
-        token
+        (token, takeover)
     }
 
     fn held(&self, key: &Digest, token: u64, now: i64) -> bool {
@@ -137,7 +149,10 @@ impl ModelStore {
         if self.bug == Some(Bug::TokenReuseAfterRelease) {
             self.records.remove(key);
         } else if let Some(r) = self.records.get_mut(key) {
+            r.status = Status::Released;
+            r.value = None;
             r.expires_at = ended_at(now);
+            r.keep_until = r.expires_at;
         }
     }
 
@@ -156,9 +171,10 @@ impl ModelStore {
         }
         match self.records.get_mut(key) {
             Some(r) => {
-                r.completed = true;
+                r.status = Status::Completed;
                 r.value = Some(value.to_vec());
                 r.expires_at = now.saturating_add(ttl_ms);
+                r.keep_until = r.expires_at;
                 true
             }
             None => false,
@@ -176,7 +192,7 @@ impl ModelStore {
         now: i64,
     ) -> bool {
         if matches!(self.records.get(key),
-            Some(r) if r.token == token && r.completed)
+            Some(r) if r.token == token && r.status == Status::Completed)
         {
             return true;
         }
@@ -197,9 +213,12 @@ impl ModelStore {
         let stale_ok = self.bug == Some(Bug::RenewAfterTakeover);
         match self.records.get_mut(key) {
             Some(r)
-                if !r.completed && is_live(r.expires_at, now) && (r.token == token || stale_ok) =>
+                if r.status == Status::InProgress
+                    && is_live(r.expires_at, now)
+                    && (r.token == token || stale_ok) =>
             {
                 r.expires_at = now.saturating_add(lease_ms);
+                r.keep_until = r.keep_until.max(r.expires_at);
                 true
             }
             _ => false,
@@ -211,11 +230,58 @@ impl ModelStore {
         self.live(key, now).map(|r| to_record(key, r, now))
     }
 
-    /// `Store::force_release`: end the live record whatever its state; return it as it was.
+    /// `Store::force_release`: end the live record whatever its state (parked too); return it
+    /// as it was.
     pub fn force_release(&mut self, key: &Digest, now: i64) -> Option<Record> {
         let was = self.get(key, now)?;
         self.end(key, now);
         Some(was)
+    }
+
+    /// `Store::park`: if `token` holds the record, park it (never expires).
+    pub fn park(&mut self, key: &Digest, token: u64, now: i64) -> bool {
+        if !self.held(key, token, now) {
+            return false;
+        }
+        if let Some(r) = self.records.get_mut(key) {
+            r.status = Status::Parked;
+            r.expires_at = i64::MAX;
+            r.keep_until = i64::MAX;
+        }
+        true
+    }
+
+    /// `Store::abandon`: if `token` holds the record, end its lease now (still in progress,
+    /// `keep_until` as it was): the next claim takes it over.
+    pub fn abandon(&mut self, key: &Digest, token: u64, now: i64) -> bool {
+        if !self.held(key, token, now) {
+            return false;
+        }
+        if let Some(r) = self.records.get_mut(key) {
+            r.expires_at = ended_at(now);
+        }
+        true
+    }
+
+    /// `Store::resolve`: only a parked record; `Some(value)` applied (completed for `ttl_ms`,
+    /// its token kept), `None` not applied (released).
+    pub fn resolve(&mut self, key: &Digest, applied: Option<(&[u8], i64)>, now: i64) -> Resolved {
+        let was = match self.get(key, now) {
+            Some(r) if r.status == Status::Parked => r,
+            other => return Resolved::NotParked(other),
+        };
+        match applied {
+            Some((value, ttl_ms)) => {
+                if let Some(r) = self.records.get_mut(key) {
+                    r.status = Status::Completed;
+                    r.value = Some(value.to_vec());
+                    r.expires_at = now.saturating_add(ttl_ms);
+                    r.keep_until = r.expires_at;
+                }
+            }
+            None => self.end(key, now),
+        }
+        Resolved::Done(was)
     }
 
     /// Drops the record of `key` as a store may on its own once it may be forgotten (the memory
@@ -224,11 +290,12 @@ impl ModelStore {
         self.records.remove(key);
     }
 
-    /// `Store::purge_expired` without a limit: delete every record that ended before `now`
-    /// ([`may_forget`]).
+    /// `Store::purge_expired` without a limit: delete every record kept until before `now`
+    /// ([`may_forget`] of `keep_until`).
     pub fn purge_expired(&mut self, now: i64) -> u64 {
         let before = self.records.len();
-        self.records.retain(|_, r| !may_forget(r.expires_at, now));
+        self.records
+            .retain(|_, r| !may_forget(r.keep_until, now) || is_live(r.expires_at, now));
         (before - self.records.len()) as u64
     }
 }
@@ -243,6 +310,8 @@ fn to_record(key: &Digest, r: &ModelRecord, now: i64) -> Record {
         value: r.value.clone(),
         created_at: r.created_at,
         expires_at: r.expires_at,
+        attempt: r.attempt,
+        keep_until: r.keep_until,
         now,
     }
 }

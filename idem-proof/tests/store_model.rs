@@ -1,6 +1,7 @@
 //! Model-based tests of the real stores: random sequences of claim / complete / release /
-//! renew / get / force_release / purge and clock advances, run against a real store and
-//! against the model's store side by side, every outcome compared.
+//! renew / get / force_release / park / abandon / resolve / purge and clock advances, run
+//! against a real store and against the model's store side by side, every outcome compared
+//! (a claim's takeover of an abandoned attempt and its attempt number included).
 //!
 //! The memory, SQLite, PostgreSQL, MySQL, Redis and Redis Cluster stores take time from a clock the test cannot
 //! drive, so time advances by real sleeps in units of `UNIT`: every operation of a unit runs
@@ -14,7 +15,9 @@
 
 use idem_proof::ModelStore;
 use idem_runtime::key::Digest;
-use idem_runtime::store::{Claim, ClaimOutcome, Complete, Record, Status, Store};
+use idem_runtime::store::{
+    Claim, ClaimOutcome, Complete, Record, Resolve, Resolved, Status, Store,
+};
 use idem_runtime::Idem;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -30,12 +33,42 @@ const NAME: &str = "idem-proof";
 
 #[derive(Debug, Clone)]
 enum Op {
-    Claim { key: u8, fingerprint: u8 },
-    Complete { key: u8, token: u8, value: u8 },
-    Release { key: u8, token: u8 },
-    Renew { key: u8, token: u8 },
-    Get { key: u8 },
-    ForceRelease { key: u8 },
+    Claim {
+        key: u8,
+        fingerprint: u8,
+    },
+    Complete {
+        key: u8,
+        token: u8,
+        value: u8,
+    },
+    Release {
+        key: u8,
+        token: u8,
+    },
+    Renew {
+        key: u8,
+        token: u8,
+    },
+    Get {
+        key: u8,
+    },
+    ForceRelease {
+        key: u8,
+    },
+    Park {
+        key: u8,
+        token: u8,
+    },
+    Abandon {
+        key: u8,
+        token: u8,
+    },
+    /// `applied`: the value of an applied resolve, `None` for not applied.
+    Resolve {
+        key: u8,
+        applied: Option<u8>,
+    },
     Purge,
     Advance(u8),
 }
@@ -49,7 +82,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (key.clone(), any::<u8>()).prop_map(|(key, token)| Op::Release { key, token }),
         2 => (key.clone(), any::<u8>()).prop_map(|(key, token)| Op::Renew { key, token }),
         2 => key.clone().prop_map(|key| Op::Get { key }),
-        1 => key.prop_map(|key| Op::ForceRelease { key }),
+        1 => key.clone().prop_map(|key| Op::ForceRelease { key }),
+        1 => (key.clone(), any::<u8>()).prop_map(|(key, token)| Op::Park { key, token }),
+        1 => (key.clone(), any::<u8>()).prop_map(|(key, token)| Op::Abandon { key, token }),
+        1 => (key, proptest::option::of(any::<u8>()))
+            .prop_map(|(key, applied)| Op::Resolve { key, applied }),
         1 => Just(Op::Purge),
         3 => (1u8..=3).prop_map(Op::Advance),
     ]
@@ -78,11 +115,13 @@ impl Issued {
     }
 }
 
-/// What is compared of a record: status, fingerprint, the claim it belongs to, and the value
-/// of a completed record.
-fn view(r: &Record, index: Option<usize>) -> (Status, Digest, Option<usize>, Option<Vec<u8>>) {
+/// What is compared of a record: status, fingerprint, the claim it belongs to, its attempt
+/// number, and the value of a completed record.
+type View = (Status, Digest, Option<usize>, u32, Option<Vec<u8>>);
+
+fn view(r: &Record, index: Option<usize>) -> View {
     let value = (r.status == Status::Completed).then(|| r.value.clone().unwrap_or_default());
-    (r.status, r.fingerprint, index, value)
+    (r.status, r.fingerprint, index, r.attempt, value)
 }
 
 struct Harness<'a> {
@@ -154,14 +193,31 @@ impl Harness<'_> {
                         key: k,
                         fingerprint: &fp,
                         lease: self.lease(),
+                        ttl: self.ttl(),
                     })
                     .await
                     .map_err(|e| self.fail(format!("claim failed: {e}")))?;
-                let model = self.model.claim(NAME, k, &fp, MODEL_LEASE, now);
+                let model = self.model.claim(NAME, k, &fp, MODEL_LEASE, MODEL_TTL, now);
                 let issued = &mut self.issued[key as usize];
                 match (&model, &real) {
-                    (ClaimOutcome::Claimed { token: m }, ClaimOutcome::Claimed { token: r }) => {
+                    (
+                        ClaimOutcome::Claimed {
+                            token: m,
+                            takeover: mt,
+                        },
+                        ClaimOutcome::Claimed {
+                            token: r,
+                            takeover: rt,
+                        },
+                    ) => {
                         issued.0.push((*m, *r));
+                        // The abandoned attempt's start is on each one's own clock.
+                        let (mt, rt) = (mt.map(|t| t.attempt), rt.map(|t| t.attempt));
+                        if mt != rt {
+                            return Err(self.fail(format!(
+                                "claim took over differently: model {mt:?}, store {rt:?}"
+                            )));
+                        }
                     }
                     (ClaimOutcome::Existing(m), ClaimOutcome::Existing(r)) => {
                         let mv = view(m, issued.model_index(m.token));
@@ -240,6 +296,58 @@ impl Harness<'_> {
                 let model = self.model.force_release(&k, now);
                 // Only a live record is released, and returned as it was.
                 self.same_record("force_release", key, model, real)?;
+            }
+            Op::Park { key, token } => {
+                let k = self.keys[key as usize];
+                let (m, r) = self.issued[key as usize].pick(token);
+                let real = self
+                    .store
+                    .park(&k, r)
+                    .await
+                    .map_err(|e| self.fail(format!("park failed: {e}")))?;
+                let lapsed = self.lapsed(&k, now);
+                let model = self.model.park(&k, m, now);
+                self.same_fenced("park", &k, lapsed, model, real)?;
+            }
+            Op::Abandon { key, token } => {
+                let k = self.keys[key as usize];
+                let (m, r) = self.issued[key as usize].pick(token);
+                let real = self
+                    .store
+                    .abandon(&k, r)
+                    .await
+                    .map_err(|e| self.fail(format!("abandon failed: {e}")))?;
+                let lapsed = self.lapsed(&k, now);
+                let model = self.model.abandon(&k, m, now);
+                self.same_fenced("abandon", &k, lapsed, model, real)?;
+            }
+            Op::Resolve { key, applied } => {
+                let k = self.keys[key as usize];
+                let value = applied.map(|v| [v]);
+                let resolution = match &value {
+                    Some(v) => Resolve::Applied {
+                        value: v,
+                        ttl: self.ttl(),
+                    },
+                    None => Resolve::NotApplied,
+                };
+                let real = self
+                    .store
+                    .resolve(&k, resolution)
+                    .await
+                    .map_err(|e| self.fail(format!("resolve failed: {e}")))?;
+                let model =
+                    self.model
+                        .resolve(&k, value.as_ref().map(|v| (&v[..], MODEL_TTL)), now);
+                match (model, real) {
+                    (Resolved::Done(m), Resolved::Done(r)) => {
+                        self.same_record("resolve", key, Some(m), Some(r))?
+                    }
+                    (Resolved::NotParked(m), Resolved::NotParked(r)) => {
+                        self.same_record("resolve (not parked)", key, m, r)?
+                    }
+                    (m, r) => return Err(self.fail(format!("resolve: model {m:?}, store {r:?}"))),
+                }
             }
             Op::Purge => {
                 let real = self

@@ -5,14 +5,15 @@
 
 mod begin;
 mod finish;
+mod takeover;
 
-use crate::context::{self, CallContext, CURRENT};
+use crate::context::{self, CallContext, Recovery, CURRENT};
 use crate::error::Error;
 use crate::handle::Idem;
 use crate::key::{Digest, KeyParts};
 use crate::lease::{self, Held};
 use crate::observe::{self, Ended, Obs};
-use crate::policy::{ErrorPolicy, ReleaseErrors};
+use crate::policy::{ErrorPolicy, OnAbandoned, ReleaseErrors};
 use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::Future;
@@ -20,6 +21,8 @@ use std::time::Duration;
 use tracing::Instrument;
 
 pub(crate) use begin::Begun;
+pub(crate) use takeover::reconcile;
+pub use takeover::{Reconciling, Resolution};
 
 /// What a call returned, and whether it ran the body or replayed a stored result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +89,9 @@ struct Setup {
     ttl: Option<Duration>,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    on_abandoned: OnAbandoned,
+    /// The body starts with a reconcile ([`Call::reconcile`], `reconcile = …`).
+    reconciles: bool,
 }
 
 /// An idempotent call being set up: see [`Idem::call`].
@@ -129,6 +135,8 @@ pub(crate) struct Prepared {
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
+    on_abandoned: OnAbandoned,
+    reconciles: bool,
 }
 
 impl Call {
@@ -192,6 +200,13 @@ impl Call {
         self
     }
 
+    /// What a call that takes over an abandoned attempt does when it has no reconcile:
+    /// [`OnAbandoned::Rerun`] (the default) or [`OnAbandoned::Park`].
+    pub fn on_abandoned(mut self, on_abandoned: OnAbandoned) -> Self {
+        self.0.on_abandoned = on_abandoned;
+        self
+    }
+
     /// Makes this call a step of the idempotent call it runs in: its key is taken under the
     /// parent's logical call (parent's key, this name, this key), and it inherits the parent's
     /// store, scope and TTL unless it sets its own. A completed step replays on the parent's
@@ -243,6 +258,12 @@ impl Call {
             return Err(Error::Config(format!("{name}: lease must be above zero")));
         }
         let wait = setup.wait.or(defaults.wait);
+        if setup.reconciles && setup.on_abandoned == OnAbandoned::Park {
+            return Err(Error::Config(format!(
+                "{name}: a call with a reconcile decides an abandoned attempt itself; \
+                 on_abandoned = park does not apply (remove one of them)"
+            )));
+        }
         Ok(Prepared {
             idem,
             name,
@@ -253,6 +274,8 @@ impl Call {
             ttl,
             lease,
             wait,
+            on_abandoned: setup.on_abandoned,
+            reconciles: setup.reconciles,
         })
     }
 
@@ -322,15 +345,34 @@ impl Call {
         let call = self.prepare()?;
         let store = call.idem.store();
         let mut exec: &dyn crate::store::Store = store;
-        let (token, sent) = match call.begin(&mut exec, obs, &policy).await {
-            Begun::Run { token, sent } => (token, sent),
+        let (token, sent, takeover) = match call.begin(&mut exec, obs, &policy).await {
+            Begun::Run {
+                token,
+                sent,
+                takeover,
+            } => (token, sent, takeover),
             Begun::Done(done) => return done,
         };
+        let recovery = match takeover {
+            Some(takeover) => call.take_over(&mut exec, obs, token, takeover).await?,
+            None => None,
+        };
         let held = Held::new(sent, call.lease);
+        let context = call.context(token, recovery);
+        let reconciled = context.reconciled.clone();
         let attempt = async {
-            match lease::caught(CURRENT.scope(call.context(token), body)).await {
+            match lease::caught(CURRENT.scope(context, body)).await {
                 Ok(result) => Ok(call
-                    .finish(&mut exec, obs, token, Some(&held), &policy, result)
+                    .settle(
+                        &mut exec,
+                        obs,
+                        token,
+                        Some(&held),
+                        &policy,
+                        result,
+                        recovery,
+                        &reconciled,
+                    )
                     .await),
                 Err(panic) => {
                     call.release(&mut exec, obs, token, Some(&held)).await;
@@ -348,7 +390,7 @@ impl Call {
 
 impl Prepared {
     /// The logical call the body runs in: what `current_key()` reads and steps nest under.
-    pub(crate) fn context(&self, token: u64) -> CallContext {
+    pub(crate) fn context(&self, token: u64, recovery: Option<Recovery>) -> CallContext {
         CallContext {
             key: self.key,
             token,
@@ -356,6 +398,8 @@ impl Prepared {
             scope: self.parts.scope.clone(),
             ttl: self.ttl,
             enqueued: Default::default(),
+            recovery,
+            reconciled: Default::default(),
         }
     }
 

@@ -42,6 +42,16 @@ pub enum Error {
         /// The fencing token this attempt held.
         token: u64,
     },
+    /// An earlier attempt was abandoned (its lease lapsed before it stored a result or released
+    /// its key) and the function parks such keys (`on_abandoned = park`): whether its effect
+    /// happened is unknown, so the body does not run, for this call or any later one, until an
+    /// operator resolves the key ([`crate::Idem::resolve`], `idem resolve`).
+    OutcomeUnknown {
+        /// The namespace.
+        name: String,
+        /// The hex digest of the key.
+        key: String,
+    },
     /// A result could not be encoded, or a stored result does not decode into the return type.
     Codec(CodecError),
     /// The key, scope or fingerprint could not be serialized.
@@ -63,6 +73,8 @@ pub enum ErrorKind {
     Mismatch,
     /// [`Error::LeaseLost`].
     LeaseLost,
+    /// [`Error::OutcomeUnknown`].
+    OutcomeUnknown,
     /// [`Error::Codec`].
     Codec,
     /// [`Error::Key`].
@@ -111,6 +123,7 @@ impl Error {
             Error::InProgress { .. } => ErrorKind::InProgress,
             Error::Mismatch { .. } => ErrorKind::Mismatch,
             Error::LeaseLost { .. } => ErrorKind::LeaseLost,
+            Error::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
             Error::Codec(_) => ErrorKind::Codec,
             Error::Key(_) => ErrorKind::Key,
             Error::Store(e) => ErrorKind::Store(e.kind),
@@ -134,6 +147,11 @@ impl Error {
     /// True for [`Error::Mismatch`].
     pub fn is_mismatch(&self) -> bool {
         matches!(self, Error::Mismatch { .. })
+    }
+
+    /// True for [`Error::OutcomeUnknown`].
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::OutcomeUnknown { .. })
     }
 
     /// True for [`Error::LeaseLost`].
@@ -190,6 +208,12 @@ impl fmt::Display for Error {
                 f,
                 "idempotent call {name}/{key} (token {token}) outlived its lease and another \
                  attempt took over; its result was not stored"
+            ),
+            Error::OutcomeUnknown { name, key } => write!(
+                f,
+                "idempotent call {name}/{key}: an earlier attempt was abandoned and its outcome \
+                 is unknown (the key is parked); an operator resolves it with `idem resolve` or \
+                 Idem::resolve"
             ),
             Error::Codec(e) => write!(f, "{e}"),
             Error::Key(e) => write!(f, "idempotency key could not be encoded: {e}"),

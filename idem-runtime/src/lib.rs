@@ -40,17 +40,18 @@ pub mod __private;
 
 #[cfg(feature = "cache")]
 pub use cache::CacheOptions;
-pub use call::{step, Call, Outcome};
+pub use call::{step, Call, Outcome, Reconciling, Resolution};
 pub use codec::{describe_value, DEFAULT_MAX_VALUE_LEN};
 #[cfg(feature = "encryption")]
 pub use codec::{Keyring, MAX_KEY_ID_LEN};
-pub use context::{current_key, current_token};
+pub use context::{current_key, current_token, recovery, Recovery};
 pub use error::{
     BoxError, CodecError, CodecErrorKind, Error, ErrorKind, StoreError, StoreErrorKind,
 };
 pub use handle::{Idem, Reaper};
 pub use policy::{
-    parse_duration, DecideErrors, Defaults, ErrorPolicy, KeepErrors, OnError, ReleaseErrors,
+    parse_duration, DecideErrors, Defaults, ErrorPolicy, KeepErrors, OnAbandoned, OnError,
+    ReleaseErrors,
 };
 pub use store::{Backend, Store};
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -53,6 +53,10 @@ pub(crate) enum Ended {
     Invalid,
     /// The caller dropped the future before it finished; a claim it held lapses after its lease.
     Dropped,
+    /// The call took over an abandoned attempt and parked the key, or found it parked.
+    Parked,
+    /// The call took over an abandoned attempt and its reconcile could not decide.
+    Undecided,
 }
 
 impl Ended {
@@ -70,6 +74,8 @@ impl Ended {
             Ended::Panicked => "panicked",
             Ended::Invalid => "invalid",
             Ended::Dropped => "dropped",
+            Ended::Parked => "parked",
+            Ended::Undecided => "undecided",
         }
     }
 }
@@ -111,6 +117,7 @@ pub(crate) fn call_span(name: &str) -> Option<Span> {
         idem.key = Empty,
         idem.token = Empty,
         idem.outcome = Empty,
+        idem.takeover = Empty,
         idem.store_latency_us = Empty,
     );
     (!span.is_disabled()).then_some(span)
@@ -175,6 +182,22 @@ impl Obs {
         }
     }
 
+    /// This call took over an abandoned attempt, and `outcome` is what it did: `adopted` (its
+    /// reconcile found the effect), `rerun`, `parked` or `undecided`. The span's
+    /// `idem.takeover` field and the `idem_takeovers_total{name, outcome}` counter.
+    pub(crate) fn takeover(&mut self, outcome: &'static str) {
+        if let Some(span) = &self.span {
+            span.record("idem.takeover", outcome);
+        }
+        tracing::info!(
+            idem.takeover = outcome,
+            "idem: took over an abandoned attempt"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!("idem_takeovers_total", "name" => self.name.clone(), "outcome" => outcome)
+            .increment(1);
+    }
+
     /// Runs one store step, adding its round trip to this call's store time.
     pub(crate) async fn store<F: Future>(&mut self, op: &'static str, step: F) -> F::Output {
         let start = self.timed.then(Instant::now);
@@ -204,6 +227,7 @@ impl Obs {
             Error::InProgress { .. } => Ended::InProgress,
             Error::Mismatch { .. } => Ended::Mismatch,
             Error::LeaseLost { .. } => Ended::LeaseLost,
+            Error::OutcomeUnknown { .. } => Ended::Parked,
             Error::Store(_) => Ended::StoreError,
             Error::Codec(_) => Ended::CodecError,
             Error::Key(_) | Error::Config(_) => Ended::Invalid,
@@ -240,6 +264,10 @@ impl Obs {
             Error::Key(_) => tracing::warn!(
                 idem.name = &*self.name, idem.outcome = outcome,
                 "idem: the key, scope or fingerprint could not be serialized"
+            ),
+            Error::OutcomeUnknown { .. } => tracing::warn!(
+                idem.name = &*self.name, idem.key = key, idem.outcome = outcome,
+                "idem: the key is parked: an abandoned attempt's outcome is unknown until an operator resolves it"
             ),
             Error::InProgress { .. } | Error::Mismatch { .. } => {}
         }
@@ -280,7 +308,16 @@ impl Drop for Obs {
                 idem.store_latency_us = latency_us,
                 "idem: call finished"
             ),
-            Ended::LeaseLost | Ended::StoreError | Ended::CodecError | Ended::Invalid => {}
+            Ended::Undecided => tracing::warn!(
+                idem.name = &*self.name,
+                idem.outcome = outcome,
+                "idem: a reconcile could not decide an abandoned attempt; the key stays abandoned"
+            ),
+            Ended::LeaseLost
+            | Ended::StoreError
+            | Ended::CodecError
+            | Ended::Invalid
+            | Ended::Parked => {}
         }
         #[cfg(feature = "metrics")]
         {

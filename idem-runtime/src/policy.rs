@@ -14,6 +14,21 @@ pub enum OnError {
     Keep,
 }
 
+/// What a call does when it takes over an abandoned attempt (one whose lease lapsed before it
+/// stored a result or released its key: its effect may or may not have happened) and has no
+/// `reconcile` to find out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAbandoned {
+    /// Run the body again (the default): right when the effect is itself idempotent
+    /// downstream (the key passed on with [`crate::current_key`]) or harmless to repeat.
+    #[default]
+    Rerun,
+    /// Run nothing: this call and every later one with the key get
+    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) until an operator resolves it
+    /// ([`crate::Idem::resolve`], `idem resolve`). A parked key is kept until then.
+    Park,
+}
+
 /// Decides, per error, between [`OnError::Release`] and [`OnError::Keep`], and stores kept
 /// errors. Implemented by [`ReleaseErrors`], [`KeepErrors`] and [`DecideErrors`].
 pub trait ErrorPolicy<E>: Send {

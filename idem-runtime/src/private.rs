@@ -107,6 +107,47 @@ where
     async move { call.await.map(Outcome::into_inner) }
 }
 
+/// `reconcile = …`: marks the call as one whose body starts with [`reconcile`].
+pub fn reconciling(call: Call) -> Call {
+    call.reconciled()
+}
+
+/// The start of a body with `reconcile = …`: on a takeover of an abandoned attempt, runs the
+/// reconcile; `Some(result)` is the call's result without running the body.
+pub fn reconcile<T, E, F>(reconcile: F) -> impl Future<Output = Option<Result<T, E>>>
+where
+    F: Future<Output = Result<Option<T>, E>>,
+{
+    crate::call::reconcile(reconcile)
+}
+
+/// What `reconcile = …` must produce: `Result<Option<T>, E>` with the function's `T` and `E`.
+#[diagnostic::on_unimplemented(
+    message = "`reconcile = …` must be a future of `Result<Option<T>, E>` (the function's `Ok` and error types), not of `{Self}`",
+    label = "this reconcile's output",
+    note = "return `Ok(Some(value))` when the earlier attempt's effect happened (its result), `Ok(None)` when it did not (the body runs), `Err(e)` when you cannot tell yet"
+)]
+pub trait ReconcileOutput<T, E> {
+    /// The reconcile's answer.
+    fn into_found(self) -> Result<Option<T>, E>;
+}
+impl<T, E> ReconcileOutput<T, E> for Result<Option<T>, E> {
+    fn into_found(self) -> Result<Option<T>, E> {
+        self
+    }
+}
+
+/// Checks a reconcile's output type at its span (see [`ReconcileOutput`]).
+#[inline(always)]
+pub fn reconcile_output<T, E>(out: impl ReconcileOutput<T, E>) -> Result<Option<T>, E> {
+    out.into_found()
+}
+
+/// `on_abandoned = park`.
+pub fn park(call: Call) -> Call {
+    call.on_abandoned(crate::policy::OnAbandoned::Park)
+}
+
 /// A `Duration` from a value the attribute accepted (a literal converted at compile time, or
 /// a user's `Duration` expression).
 #[inline(always)]

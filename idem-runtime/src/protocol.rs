@@ -1,10 +1,15 @@
 //! The decision table: what a claim's outcome means for this call.
 //!
 //! Stores make claims atomic; this module is the only place that decides between running the
-//! body, replaying a stored result, answering "in progress" and refusing a mismatch.
+//! body, replaying a stored result, answering "in progress", answering "outcome unknown" (a
+//! parked key) and refusing a mismatch.
+//!
+//! It also holds the rules every store applies to records: liveness ([`is_live`]), fencing
+//! ([`holds`], [`next_token`]), ends ([`ended_at`]), abandonment ([`abandoned`]) and forgetting
+//! ([`may_forget`] of `keep_until`).
 
 use crate::key::Digest;
-use crate::record::{ClaimOutcome, Record, Status};
+use crate::record::{ClaimOutcome, Record, Status, Takeover};
 use std::time::Duration;
 
 /// What a call does after its claim.
@@ -14,6 +19,9 @@ pub enum Decision {
     Run {
         /// The fencing token of this attempt's claim.
         token: u64,
+        /// `Some` when the claim took over an abandoned attempt: the function's choice
+        /// (reconcile, rerun, park) applies before the body.
+        takeover: Option<Takeover>,
     },
     /// A finished attempt with the same arguments: return its stored value.
     Replay {
@@ -31,12 +39,15 @@ pub enum Decision {
     },
     /// The key was claimed with other arguments.
     Mismatch,
+    /// The key is parked, with the same arguments: an abandoned attempt's outcome is unknown
+    /// until an operator resolves it; the body must not run.
+    OutcomeUnknown,
 }
 
 /// Decides what a call does given what its claim found.
 pub fn decide(outcome: ClaimOutcome, fingerprint: &Digest) -> Decision {
     match outcome {
-        ClaimOutcome::Claimed { token } => Decision::Run { token },
+        ClaimOutcome::Claimed { token, takeover } => Decision::Run { token, takeover },
         ClaimOutcome::Existing(record) => decide_existing(record, fingerprint),
     }
 }
@@ -48,13 +59,16 @@ pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
     }
     let left = record.remaining();
     match record.status {
-        Status::InProgress => Decision::InProgress {
+        // A released record is never live (it ends as it is released); were one read live, it
+        // is as good as free: ask again at once, and the claim takes it.
+        Status::InProgress | Status::Released => Decision::InProgress {
             retry_after: retry_after(left),
         },
         Status::Completed => Decision::Replay {
             value: record.value.unwrap_or_default(),
             ttl_left: left,
         },
+        Status::Parked => Decision::OutcomeUnknown,
     }
 }
 
@@ -73,9 +87,34 @@ pub fn retry_after(lease_left: Duration) -> Duration {
     lease_left.min(MAX_RETRY_AFTER)
 }
 
-/// The liveness rule every store applies: live while `now < expires_at`.
+/// The liveness rule every store applies: live while `now < expires_at`. A parked record's
+/// `expires_at` is `i64::MAX`: it is live until resolved.
 pub fn is_live(expires_at: i64, now: i64) -> bool {
     now < expires_at
+}
+
+/// Whether a record is **abandoned**: in progress, its lease lapsed (not live) without a result
+/// or a release, and still kept (`!may_forget(keep_until, now)`). The next claim takes it over
+/// as attempt + 1. A released record ([`Status::Released`]) is never abandoned: its attempt
+/// ended on purpose, and nothing is left to reconcile or park; nor is one kept no longer (it is
+/// as good as never seen).
+pub fn abandoned(status: Status, expires_at: i64, keep_until: i64, now: i64) -> bool {
+    status == Status::InProgress && !is_live(expires_at, now) && !may_forget(keep_until, now)
+}
+
+/// What a claim at `record.now` that replaces `record` (not live) takes over: `Some` when it is
+/// [`abandoned`], with the next attempt number and the abandoned attempt's start.
+pub fn takeover_of(record: &Record) -> Option<Takeover> {
+    abandoned(
+        record.status,
+        record.expires_at,
+        record.keep_until,
+        record.now,
+    )
+    .then(|| Takeover {
+        attempt: record.attempt.saturating_add(1),
+        abandoned_at: record.created_at,
+    })
 }
 
 /// The fencing token of a new claim: above the previous token of the key, and above anything
@@ -101,11 +140,14 @@ pub fn ended_at(now_ms: i64) -> i64 {
     now_ms
 }
 
-/// Whether a store may delete (purge, evict, expire) a record that ends at `expires_at`: only
-/// from the millisecond after, when the floor of [`next_token`] is above every token the key
-/// handed out up to its end. A record that ended at `now` must stay for claims in `now`.
-pub fn may_forget(expires_at: i64, now_ms: i64) -> bool {
-    expires_at < now_ms
+/// Whether a store may delete (purge, evict, expire) a record kept until `keep_until`
+/// ([`Record::keep_until`], never before its `expires_at`): only from the millisecond after,
+/// when the floor of [`next_token`] is above every token the key handed out up to its end. A
+/// record that ended at `now` must stay for claims in `now`; an abandoned one stays as long as
+/// its claim asked (its result's TTL), so that the next call still tells it from a free key;
+/// a parked one (`i64::MAX`) never goes by itself.
+pub fn may_forget(keep_until: i64, now_ms: i64) -> bool {
+    keep_until < now_ms
 }
 
 /// How long a store that forgets records by itself (Redis key expiry) keeps an ended record:
@@ -136,6 +178,8 @@ mod tests {
             value: Some(vec![1]),
             created_at: 0,
             expires_at: 1500,
+            attempt: 1,
+            keep_until: 1500,
             now: 1000,
         }
     }
@@ -144,9 +188,46 @@ mod tests {
     fn table() {
         let fp = Digest([7; 32]);
         assert!(matches!(
-            decide(ClaimOutcome::Claimed { token: 3 }, &fp),
-            Decision::Run { token: 3 }
+            decide(
+                ClaimOutcome::Claimed {
+                    token: 3,
+                    takeover: None
+                },
+                &fp
+            ),
+            Decision::Run {
+                token: 3,
+                takeover: None
+            }
         ));
+        let takeover = Takeover {
+            attempt: 2,
+            abandoned_at: 5,
+        };
+        assert_eq!(
+            decide(
+                ClaimOutcome::Claimed {
+                    token: 4,
+                    takeover: Some(takeover)
+                },
+                &fp
+            ),
+            Decision::Run {
+                token: 4,
+                takeover: Some(takeover)
+            }
+        );
+        let mut parked = record(Status::Parked, 7);
+        parked.expires_at = i64::MAX;
+        assert_eq!(
+            decide_existing(parked.clone(), &fp),
+            Decision::OutcomeUnknown
+        );
+        assert_eq!(
+            decide(ClaimOutcome::Existing(parked), &Digest([8; 32])),
+            Decision::Mismatch,
+            "a parked key with other arguments is a mismatch, as any record"
+        );
         assert!(matches!(
             decide_existing(record(Status::Completed, 7), &fp),
             Decision::Replay { value, ttl_left } if value == vec![1] && ttl_left == Duration::from_millis(500)
@@ -199,5 +280,33 @@ mod tests {
             "other token"
         );
         assert!(!holds(Status::Completed, first, 7, first, 5), "completed");
+        assert!(!holds(Status::Parked, first, i64::MAX, first, 5), "parked");
+        assert!(!holds(Status::Released, first, 7, first, 5), "released");
+    }
+
+    /// Abandoned: in progress, lapsed, still kept; released, completed, live or forgettable
+    /// records are not.
+    #[test]
+    fn abandoned_is_a_lapsed_claim_still_kept() {
+        let mut r = record(Status::InProgress, 7);
+        (r.created_at, r.expires_at, r.keep_until, r.attempt) = (100, 200, 900, 2);
+        for (now, expected) in [(199, false), (200, true), (900, true), (901, false)] {
+            r.now = now;
+            let takeover = takeover_of(&r);
+            assert_eq!(takeover.is_some(), expected, "at {now}");
+            assert_eq!(
+                abandoned(r.status, r.expires_at, r.keep_until, now),
+                expected
+            );
+            if let Some(t) = takeover {
+                assert_eq!((t.attempt, t.abandoned_at), (3, 100));
+            }
+        }
+        r.now = 300;
+        for status in [Status::Released, Status::Completed, Status::Parked] {
+            r.status = status;
+            assert_eq!(takeover_of(&r), None, "{status:?}");
+        }
+        assert!(!may_forget(i64::MAX, i64::MAX - 1), "parked records stay");
     }
 }

@@ -43,7 +43,7 @@
 //! (40P01) and its retry replays or runs.
 
 use crate::call::{Begun, Call, Failed, Outcome, Prepared};
-use crate::context::CURRENT;
+use crate::context::{Recovery, CURRENT};
 use crate::error::Error;
 use crate::handle::Idem;
 use crate::observe::{self, Obs};
@@ -51,6 +51,8 @@ use crate::policy::{ErrorPolicy, ReleaseErrors};
 use crate::store::{BoxFuture, Connection, Executor};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
 
 /// A caller's transaction that a transactional call writes its claim and result in: a
 /// `sqlx::Transaction` of PostgreSQL (feature `postgres`) or of MySQL (feature `mysql`), or
@@ -209,6 +211,10 @@ pub(crate) struct TxAttempt {
     call: Prepared,
     token: u64,
     obs: Obs,
+    /// When the claim took over an abandoned attempt.
+    recovery: Option<Recovery>,
+    /// What the body's reconcile decided.
+    reconciled: Arc<AtomicU8>,
 }
 
 impl TxAttempt {
@@ -230,9 +236,26 @@ impl TxAttempt {
             // The handle cloned: the executor borrows it while the attempt takes the call.
             Ok(call) => match executor(conn, &call.idem.clone()) {
                 Ok(mut exec) => match call.begin(&mut *exec, &mut obs, policy).await {
-                    Begun::Run { token, .. } => {
+                    Begun::Run {
+                        token, takeover, ..
+                    } => {
+                        let recovery = match takeover {
+                            Some(t) => call.take_over(&mut *exec, &mut obs, token, t).await,
+                            None => Ok(None),
+                        };
                         drop(exec);
-                        return TxBegun::Run(Box::new(TxAttempt { call, token, obs }));
+                        match recovery {
+                            Ok(recovery) => {
+                                return TxBegun::Run(Box::new(TxAttempt {
+                                    call,
+                                    token,
+                                    obs,
+                                    recovery,
+                                    reconciled: Default::default(),
+                                }))
+                            }
+                            Err(failed) => Err(failed),
+                        }
                     }
                     Begun::Done(done) => done,
                 },
@@ -245,7 +268,9 @@ impl TxAttempt {
 
     /// Runs `body` as this call's body: `current_key()` and `current_token()` answer in it.
     pub(crate) fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> {
-        CURRENT.scope(self.call.context(self.token), body)
+        let mut context = self.call.context(self.token, self.recovery);
+        context.reconciled = self.reconciled.clone();
+        CURRENT.scope(context, body)
     }
 
     /// Stores the body's result on `conn` (or releases the key), and returns it.
@@ -267,7 +292,16 @@ impl TxAttempt {
             Ok(mut exec) => {
                 let obs = &mut self.obs;
                 self.call
-                    .finish(&mut *exec, obs, self.token, None, policy, result)
+                    .settle(
+                        &mut *exec,
+                        obs,
+                        self.token,
+                        None,
+                        policy,
+                        result,
+                        self.recovery,
+                        &self.reconciled,
+                    )
                     .await
             }
             Err(e) => Err(Failed::Idem(e)),

@@ -27,10 +27,11 @@ async fn statements_per_step(url: String) {
         key,
         fingerprint: &fp,
         lease: Duration::from_secs(30),
+        ttl: Duration::ZERO,
     };
     // Warm the connection and its statement cache (a first use prepares each statement).
     let warm = digest(&name, &"warm");
-    let ClaimOutcome::Claimed { token } = store.claim(claim(&warm)).await.unwrap() else {
+    let ClaimOutcome::Claimed { token, .. } = store.claim(claim(&warm)).await.unwrap() else {
         panic!("a new key is claimed")
     };
     store.claim(claim(&warm)).await.unwrap();
@@ -46,7 +47,7 @@ async fn statements_per_step(url: String) {
     let mut counts = Vec::new();
     let key = digest(&name, &"k");
     let before = executed().await;
-    let ClaimOutcome::Claimed { token } = store.claim(claim(&key)).await.unwrap() else {
+    let ClaimOutcome::Claimed { token, .. } = store.claim(claim(&key)).await.unwrap() else {
         panic!("a new key is claimed")
     };
     counts.push(("fresh claim", executed().await - before, 1));

@@ -24,6 +24,7 @@ fn claim<'a>(
         key,
         fingerprint: fp,
         lease,
+        ttl: Duration::ZERO,
     }
 }
 
@@ -106,7 +107,7 @@ async fn churn_on_one_key_never_overlaps_nor_fails(url: String) {
                 while tokio::time::Instant::now() < until {
                     let lease = Duration::from_secs(30);
                     match store.claim(claim(&name, &key, &fp, lease)).await {
-                        Ok(ClaimOutcome::Claimed { token }) => {
+                        Ok(ClaimOutcome::Claimed { token, .. }) => {
                             assert!(!held.swap(true, Ordering::SeqCst), "two holders at once");
                             claims.fetch_add(1, Ordering::Relaxed);
                             if i % 2 == 0 {
@@ -212,7 +213,7 @@ async fn one_of_64_takes_a_lapsed_claim_over(url: String) {
         .await
         .unwrap()
     {
-        ClaimOutcome::Claimed { token } => token,
+        ClaimOutcome::Claimed { token, .. } => token,
         other => panic!("{other:?}"),
     };
     tokio::time::sleep(Duration::from_millis(120)).await;
@@ -229,7 +230,7 @@ async fn one_of_64_takes_a_lapsed_claim_over(url: String) {
         .collect();
     let mut tokens = Vec::new();
     for t in tasks {
-        if let ClaimOutcome::Claimed { token } = t.await.unwrap() {
+        if let ClaimOutcome::Claimed { token, .. } = t.await.unwrap() {
             tokens.push(token);
         }
     }

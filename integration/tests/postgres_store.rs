@@ -310,23 +310,25 @@ async fn migrations_upgrade_and_concurrent_opens_do_not_race(url: String) {
         PostgresStore::migrate_to(&admin, &table, 1).await.unwrap(),
         0
     );
-    let index = |t: String| {
+    let index = |t: String, which: &'static str| {
         let admin = admin.clone();
         async move {
             sqlx::query_scalar::<_, i64>(
                 "SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname = $2",
             )
             .bind(t.clone())
-            .bind(format!("{t}_expires_idx"))
+            .bind(format!("{t}_{which}_idx"))
             .fetch_one(&admin)
             .await
             .unwrap()
         }
     };
-    assert_eq!(index(table.clone()).await, 0);
+    assert_eq!(index(table.clone(), "expires").await, 0);
     let store = opts_at(&url, &table).connect().await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
-    assert_eq!(index(table.clone()).await, 1);
+    // Version 2 added the expiry index; version 4 moved the purge to `keep_until`'s.
+    assert_eq!(index(table.clone(), "expires").await, 0);
+    assert_eq!(index(table.clone(), "keep").await, 1);
     assert_eq!(
         store.migrate().await.unwrap().from,
         SCHEMA_VERSION,
@@ -617,10 +619,11 @@ async fn purge_is_bounded_and_drains(url: String) {
     // 5000 expired rows and 20 000 live ones, written directly: enough live rows that the
     // planner prefers the expiry index, as it does on a real table.
     sqlx::query(&format!(
-        "INSERT INTO \"{table}\" (key, name, fingerprint, token, status, value, created_at, expires_at) \
-         SELECT sha256(i::text::bytea), 'purge', sha256(i::text::bytea), i, 1, NULL, 0, \
-                CASE WHEN i <= 5000 THEN 1 ELSE 9000000000000000 END \
-         FROM generate_series(1, 25000) AS i"
+        "INSERT INTO \"{table}\" (key, name, fingerprint, token, status, value, created_at, expires_at, \
+                                  keep_until) \
+         SELECT sha256(i::text::bytea), 'purge', sha256(i::text::bytea), i, 1, NULL, 0, e, e \
+         FROM generate_series(1, 25000) AS i, \
+              LATERAL (SELECT CASE WHEN i <= 5000 THEN 1 ELSE 9000000000000000 END AS e) AS x"
     ))
     .execute(&admin)
     .await
@@ -651,7 +654,7 @@ async fn purge_is_bounded_and_drains(url: String) {
     .fetch_all(&admin)
     .await
     .unwrap();
-    let index = format!("Index Scan using {table}_expires_idx");
+    let index = format!("Index Scan using {table}_keep_idx");
     let scans: Vec<usize> = (0..plan.len())
         .filter(|&i| plan[i].contains(&index))
         .collect();
@@ -659,7 +662,7 @@ async fn purge_is_bounded_and_drains(url: String) {
     for i in scans {
         let next = plan.get(i + 1).map(|l| l.trim_start()).unwrap_or_default();
         assert!(
-            next.starts_with("Index Cond: (expires_at <"),
+            next.starts_with("Index Cond: (keep_until <"),
             "an unbounded scan of the expiry index: {plan:#?}"
         );
     }
@@ -780,8 +783,9 @@ async fn completions_notify_one_shared_listener(url: String) {
         key: &key,
         fingerprint: &fp,
         lease: Duration::from_secs(30),
+        ttl: Duration::ZERO,
     };
-    let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
+    let ClaimOutcome::Claimed { token, .. } = store.claim(claim).await.unwrap() else {
         panic!()
     };
     let waiter = {

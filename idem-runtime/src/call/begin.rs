@@ -7,14 +7,19 @@ use crate::error::Error;
 use crate::observe::{Ended, Obs};
 use crate::policy::ErrorPolicy;
 use crate::protocol::{self, Decision};
-use crate::store::{Claim, Executor, Store};
+use crate::store::{Claim, Executor, Store, Takeover};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 /// What a call's claim decided.
 pub(crate) enum Begun<T, E> {
-    /// The call holds the key with `token` (claimed at `sent`): run the body, then finish.
-    Run { token: u64, sent: Instant },
+    /// The call holds the key with `token` (claimed at `sent`; taking over an abandoned
+    /// attempt when `takeover` says so): run the body, then finish.
+    Run {
+        token: u64,
+        sent: Instant,
+        takeover: Option<Takeover>,
+    },
     /// Replayed, or an idempotency failure: the body does not run.
     Done(Ran<T, E>),
 }
@@ -73,15 +78,20 @@ impl Prepared {
                 (decision, _) => decision,
             };
             return match decision {
-                Decision::Run { token } => {
+                Decision::Run { token, takeover } => {
                     obs.claimed(token);
-                    Begun::Run { token, sent }
+                    Begun::Run {
+                        token,
+                        sent,
+                        takeover,
+                    }
                 }
                 Decision::Replay { value, ttl_left } => {
                     let cache = epoch.map(|epoch| (epoch, sent, ttl_left));
                     Begun::Done(self.replayed(obs, policy, &value, cache))
                 }
                 Decision::Mismatch => Begun::Done(Err(self.mismatch().into())),
+                Decision::OutcomeUnknown => Begun::Done(Err(self.outcome_unknown().into())),
                 Decision::InProgress { retry_after } => {
                     Begun::Done(Err(self.in_progress(retry_after).into()))
                 }
@@ -96,6 +106,7 @@ impl Prepared {
             key: &self.key,
             fingerprint: &self.fingerprint,
             lease: self.lease,
+            ttl: self.ttl,
         }
     }
 

@@ -118,11 +118,7 @@ impl Prepared {
         if completed? {
             Ok(())
         } else {
-            Err(Error::LeaseLost {
-                name: self.name.to_string(),
-                key: self.key.to_hex(),
-                token,
-            })
+            Err(self.lease_lost(token))
         }
     }
 

@@ -36,6 +36,13 @@ pub trait Executor: Send {
     /// [`Store::release`].
     fn release<'a>(&'a mut self, key: &'a Digest, token: u64)
         -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// [`Store::park`].
+    fn park<'a>(&'a mut self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// [`Store::abandon`].
+    fn abandon<'a>(&'a mut self, key: &'a Digest, token: u64)
+        -> BoxFuture<'a, Result<bool, Error>>;
 }
 
 /// The default executor: the store itself.
@@ -62,6 +69,18 @@ impl Executor for &dyn Store {
         token: u64,
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Store::release(*self, key, token)
+    }
+
+    fn park<'a>(&'a mut self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Store::park(*self, key, token)
+    }
+
+    fn abandon<'a>(
+        &'a mut self,
+        key: &'a Digest,
+        token: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Store::abandon(*self, key, token)
     }
 }
 

@@ -46,7 +46,8 @@ impl Filter {
         self
     }
 
-    /// Only records with `status` (`None`: both).
+    /// Only records with `status` (`None`: any). `Some(Status::Parked)` lists the parked keys,
+    /// the ones waiting for an operator's resolve.
     pub fn status(mut self, status: Option<Status>) -> Self {
         self.status = status;
         self
@@ -89,8 +90,12 @@ pub struct KeyInfo {
     pub fingerprint: Digest,
     /// The fencing token.
     pub token: u64,
-    /// In progress or completed.
+    /// In progress, completed or parked (a listing shows live records).
     pub status: Status,
+    /// The attempt number (1 unless the attempt took over an abandoned one).
+    pub attempt: u32,
+    /// Until when the store keeps the record.
+    pub keep_until: i64,
     /// Size of the stored result in bytes (completed records).
     pub value_size: Option<u64>,
     /// When the current attempt claimed it (ms since the epoch, store clock).
@@ -109,6 +114,8 @@ impl From<&Record> for KeyInfo {
             fingerprint: r.fingerprint,
             token: r.token,
             status: r.status,
+            attempt: r.attempt,
+            keep_until: r.keep_until,
             value_size: r.value.as_ref().map(|v| v.len() as u64),
             created_at: r.created_at,
             expires_at: r.expires_at,
@@ -124,21 +131,33 @@ pub enum State {
     InProgress,
     /// Live and completed.
     Completed,
-    /// No longer live, still stored: the next purge deletes it.
+    /// No longer live, still stored (expired, released, or abandoned and no longer kept): the
+    /// next purge deletes it.
     Expired,
+    /// Parked: an abandoned attempt whose outcome waits for an operator's resolve.
+    Parked,
+    /// Abandoned: in progress, its lease lapsed without a result or a release, still kept; the
+    /// next call with the key takes it over.
+    Abandoned,
 }
 
 impl State {
-    /// The state of a record with this status and expiry at `now`.
-    pub fn of(status: Status, expires_at: i64, now: i64) -> State {
+    /// The state of a record with this status, expiry and `keep_until` at `now`.
+    pub fn of(status: Status, expires_at: i64, keep_until: i64, now: i64) -> State {
+        if crate::protocol::abandoned(status, expires_at, keep_until, now) {
+            return State::Abandoned;
+        }
         match status {
+            Status::Parked => State::Parked,
             _ if !crate::protocol::is_live(expires_at, now) => State::Expired,
             Status::InProgress => State::InProgress,
             Status::Completed => State::Completed,
+            Status::Released => State::Expired,
         }
     }
 
-    /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired.
+    /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired,
+    /// 3 parked, 4 abandoned.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
         allow(dead_code)
@@ -148,6 +167,8 @@ impl State {
             0 => Some(State::InProgress),
             1 => Some(State::Completed),
             2 => Some(State::Expired),
+            3 => Some(State::Parked),
+            4 => Some(State::Abandoned),
             _ => None,
         }
     }
@@ -261,8 +282,10 @@ pub struct NameSummary {
     pub in_progress: u64,
     /// Live completed records.
     pub completed: u64,
-    /// Records no longer live, still stored.
+    /// Records no longer live, still stored (abandoned attempts among them).
     pub expired: u64,
+    /// Parked keys: abandoned attempts whose outcome waits for an operator.
+    pub parked: u64,
     /// When the oldest live in-progress attempt claimed its key (ms since the epoch, store
     /// clock).
     pub oldest_in_progress: Option<i64>,
@@ -286,8 +309,9 @@ impl Overview {
     /// that count client side.
     pub fn add(&mut self, info: &KeyInfo, soon: Duration) {
         let s = self.entry(&info.name);
-        match State::of(info.status, info.expires_at, info.now) {
-            State::Expired => s.expired += 1,
+        match State::of(info.status, info.expires_at, info.keep_until, info.now) {
+            State::Expired | State::Abandoned => s.expired += 1,
+            State::Parked => s.parked += 1,
             state => {
                 if state == State::InProgress {
                     s.in_progress += 1;
@@ -406,11 +430,20 @@ mod tests {
 
     #[test]
     fn states() {
-        assert_eq!(State::of(Status::InProgress, 10, 5), State::InProgress);
-        assert_eq!(State::of(Status::Completed, 10, 5), State::Completed);
-        assert_eq!(State::of(Status::Completed, 10, 10), State::Expired);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 5), State::InProgress);
+        assert_eq!(State::of(Status::Completed, 10, 10, 5), State::Completed);
+        assert_eq!(State::of(Status::Completed, 10, 10, 10), State::Expired);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 15), State::Abandoned);
+        assert_eq!(State::of(Status::InProgress, 10, 20, 21), State::Expired);
+        assert_eq!(State::of(Status::Released, 10, 10, 10), State::Expired);
+        assert_eq!(
+            State::of(Status::Parked, i64::MAX, i64::MAX, 10),
+            State::Parked
+        );
         assert_eq!(State::from_code(2), Some(State::Expired));
-        assert_eq!(State::from_code(3), None);
+        assert_eq!(State::from_code(3), Some(State::Parked));
+        assert_eq!(State::from_code(4), Some(State::Abandoned));
+        assert_eq!(State::from_code(5), None);
     }
 
     fn info(name: &str, key: u8, status: Status, created_at: i64, expires_at: i64) -> KeyInfo {
@@ -424,6 +457,8 @@ mod tests {
             created_at,
             expires_at,
             now: 1_000,
+            attempt: 1,
+            keep_until: expires_at,
         }
     }
 

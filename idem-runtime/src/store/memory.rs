@@ -4,16 +4,18 @@
 //! it by eight of its bytes instead of running SipHash again) and a min-heap of expiry
 //! times. Every write evicts a few expired entries from its own shard, so memory stays bounded
 //! by the live keys without a full scan ever blocking a caller. Heap entries that a renewal or a
-//! completion made stale are dropped when they surface. A released record stays until the
-//! clock has moved past its end (`protocol::may_forget`), so its token is not handed out again.
+//! completion made stale are dropped when they surface. A record stays until the clock has
+//! moved past its `keep_until` (`protocol::may_forget`): a released one's token is not handed
+//! out again, an abandoned one is still taken over, and a parked one never goes.
 
 use super::{
     count_states, finish_listing, local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome,
-    Complete, Filter, Inspect, KeyInfo, Record, Stat, State, Status, Store,
+    Complete, Filter, Inspect, KeyInfo, Record, Resolve, Resolved, Stat, State, Status, Store,
+    Takeover,
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{ended_at, holds, is_live, may_forget, next_token};
+use crate::protocol::{abandoned, ended_at, holds, is_live, may_forget, next_token};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -62,6 +64,8 @@ struct Entry {
     value: Option<Vec<u8>>,
     created_at: i64,
     expires_at: i64,
+    attempt: u32,
+    keep_until: i64,
 }
 
 #[derive(Default)]
@@ -71,7 +75,8 @@ struct ShardState {
 }
 
 impl ShardState {
-    /// Removes up to `limit` entries that may be forgotten; returns how many it removed.
+    /// Removes up to `limit` entries that may be forgotten (the heap holds `keep_until`s);
+    /// returns how many it removed.
     fn evict(&mut self, now: i64, limit: usize) -> u64 {
         let mut removed = 0;
         while removed < limit as u64 {
@@ -81,8 +86,12 @@ impl ShardState {
             }
             let Reverse((at, key)) = self.expiry.pop().expect("peeked");
             if let Some(e) = self.entries.get(&key) {
-                // Only the heap entry that matches the record's current expiry may evict it.
-                if e.expires_at == at && may_forget(e.expires_at, now) {
+                // Only the heap entry that matches the record's current `keep_until` may evict
+                // it, and never a live record.
+                if e.keep_until == at
+                    && may_forget(e.keep_until, now)
+                    && !is_live(e.expires_at, now)
+                {
                     self.entries.remove(&key);
                     removed += 1;
                 }
@@ -97,18 +106,27 @@ impl ShardState {
             .filter(|e| is_live(e.expires_at, now))
     }
 
-    fn set_expiry(&mut self, key: Digest, at: i64) {
-        self.expiry.push(Reverse((at, key)));
+    /// Sets the record's `expires_at` and `keep_until`, and files it for eviction at the
+    /// latter (a parked record's `i64::MAX` is never filed: it never goes by itself).
+    fn set_ends(&mut self, key: &Digest, expires_at: i64, keep_until: i64) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.expires_at = expires_at;
+            e.keep_until = keep_until;
+        }
+        if keep_until != i64::MAX {
+            self.expiry.push(Reverse((keep_until, *key)));
+        }
     }
 
-    /// Ends the record of `key` at `now` (`protocol::ended_at`): no longer live, its token kept
-    /// for the next claim, evicted once the clock has moved on.
+    /// Ends the record of `key` at `now` (`protocol::ended_at`): released, no longer live, its
+    /// token kept for the next claim, evicted once the clock has moved on.
     fn end(&mut self, key: &Digest, now: i64) {
         let at = ended_at(now);
         if let Some(e) = self.entries.get_mut(key) {
-            e.expires_at = at;
+            e.status = Status::Released;
+            e.value = None;
         }
-        self.set_expiry(*key, at);
+        self.set_ends(key, at, at);
     }
 }
 
@@ -147,6 +165,8 @@ fn record(key: &Digest, e: &Entry, now: i64) -> Record {
         value: e.value.clone(),
         created_at: e.created_at,
         expires_at: e.expires_at,
+        attempt: e.attempt,
+        keep_until: e.keep_until,
         now,
     }
 }
@@ -218,9 +238,16 @@ impl MemoryStore {
         }
         // A write (a replay is not one): what keeps memory bounded by the live keys.
         st.evict(now, EVICT_PER_WRITE);
-        let previous = st.entries.get(c.key).map(|e| e.token);
-        let token = next_token(previous, now);
+        let previous = st.entries.get(c.key);
+        let takeover = previous
+            .filter(|e| abandoned(e.status, e.expires_at, e.keep_until, now))
+            .map(|e| Takeover {
+                attempt: e.attempt.saturating_add(1),
+                abandoned_at: e.created_at,
+            });
+        let token = next_token(previous.map(|e| e.token), now);
         let expires_at = now.saturating_add(millis(c.lease));
+        let keep_until = super::claim_keep_until(now, &c);
         st.entries.insert(
             *c.key,
             Entry {
@@ -231,10 +258,12 @@ impl MemoryStore {
                 value: None,
                 created_at: now,
                 expires_at,
+                attempt: takeover.map_or(1, |t| t.attempt),
+                keep_until,
             },
         );
-        st.set_expiry(*c.key, expires_at);
-        ClaimOutcome::Claimed { token }
+        st.set_ends(c.key, expires_at, keep_until);
+        ClaimOutcome::Claimed { token, takeover }
     }
 
     /// Applies `f` to the record if `token` holds it (`protocol::holds`).
@@ -268,9 +297,8 @@ impl Store for MemoryStore {
             if let Some(e) = st.entries.get_mut(done.key) {
                 e.status = Status::Completed;
                 e.value = Some(done.value.into());
-                e.expires_at = expires_at;
             }
-            st.set_expiry(*done.key, expires_at);
+            st.set_ends(done.key, expires_at, expires_at);
         });
         if ok {
             self.shard(done.key).changed.notify_waiters();
@@ -294,10 +322,8 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         let ok = self.fenced(key, token, |st, now| {
             let expires_at = now.saturating_add(millis(lease));
-            if let Some(e) = st.entries.get_mut(key) {
-                e.expires_at = expires_at;
-            }
-            st.set_expiry(*key, expires_at);
+            let keep_until = st.entries.get(key).map_or(expires_at, |e| e.keep_until);
+            st.set_ends(key, expires_at, keep_until.max(expires_at));
         });
         Box::pin(std::future::ready(Ok(ok)))
     }
@@ -353,6 +379,61 @@ impl Store for MemoryStore {
         }
         Box::pin(std::future::ready(Ok(out)))
     }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let ok = self.fenced(key, token, |st, _| {
+            if let Some(e) = st.entries.get_mut(key) {
+                e.status = Status::Parked;
+            }
+            st.set_ends(key, i64::MAX, i64::MAX);
+        });
+        Box::pin(std::future::ready(Ok(ok)))
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let ok = self.fenced(key, token, |st, now| {
+            // `keep_until` stays as the claim set it: the next claim takes the record over.
+            if let Some(e) = st.entries.get_mut(key) {
+                e.expires_at = ended_at(now);
+            }
+        });
+        if ok {
+            self.shard(key).changed.notify_waiters();
+        }
+        Box::pin(std::future::ready(Ok(ok)))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        let now = local_now_ms();
+        let mut st = self.lock(key);
+        let found = st.live(key, now).map(|e| record(key, e, now));
+        let out = match found {
+            Some(r) if r.status == Status::Parked => {
+                match resolution {
+                    Resolve::Applied { value, ttl } => {
+                        let end = now.saturating_add(millis(ttl));
+                        if let Some(e) = st.entries.get_mut(key) {
+                            e.status = Status::Completed;
+                            e.value = Some(value.into());
+                        }
+                        st.set_ends(key, end, end);
+                    }
+                    Resolve::NotApplied => st.end(key, now),
+                }
+                Resolved::Done(r)
+            }
+            other => Resolved::NotParked(other),
+        };
+        drop(st);
+        if matches!(out, Resolved::Done(_)) {
+            self.shard(key).changed.notify_waiters();
+        }
+        Box::pin(std::future::ready(Ok(out)))
+    }
 }
 
 impl Inspect for MemoryStore {
@@ -367,11 +448,12 @@ impl Inspect for MemoryStore {
     }
 
     fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
-        let counts = count_states(
-            self.records()
-                .into_iter()
-                .map(|r| (r.name, State::of(r.status, r.expires_at, r.now))),
-        );
+        let counts = count_states(self.records().into_iter().map(|r| {
+            (
+                r.name,
+                State::of(r.status, r.expires_at, r.keep_until, r.now),
+            )
+        }));
         Box::pin(std::future::ready(Ok(counts)))
     }
 }
@@ -396,8 +478,9 @@ mod tests {
                 key: &key,
                 fingerprint: &fp,
                 lease: Duration::from_secs(60),
+                ttl: Duration::ZERO,
             };
-            let ClaimOutcome::Claimed { token } = store.claim(claim).await.unwrap() else {
+            let ClaimOutcome::Claimed { token, .. } = store.claim(claim).await.unwrap() else {
                 panic!("fresh key")
             };
             if ttl > 0 {

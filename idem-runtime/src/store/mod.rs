@@ -6,14 +6,21 @@
 //! > a record is **live** while `now < expires_at`, on the store's own clock.
 //!
 //! An in-progress record's `expires_at` is the end of its lease; a completed record's is the end
-//! of its TTL; a released one's is the moment it was released. A record that is not live is,
-//! for every step, the same as no record at all, except that a claim reads its token.
+//! of its TTL; a released one's is the moment it was released; a parked one's is never
+//! (`i64::MAX`). A record that is not live is, for every step, the same as no record at all,
+//! except that a claim reads its token, and, when it is **abandoned** (in progress, its lease
+//! lapsed, still kept: [`crate::protocol::abandoned`]), takes it over: the claim learns the
+//! attempt number and when the abandoned attempt began ([`Takeover`]).
+//!
+//! Records are kept until `keep_until` ([`Record::keep_until`]), not merely `expires_at`: a
+//! claim keeps its record as long as its result would have been kept (`now + max(lease, ttl)`),
+//! so that an attempt that died is still told from a free key when the next call comes.
 //!
 //! Fencing tokens: a claim that creates or takes over a record gives it the token
 //! [`crate::protocol::next_token`] of the previous token and the store's clock, so a token is
 //! never reused for a key, not even after the record was purged and created anew. For that, a
 //! release *ends* the record instead of deleting it ([`crate::protocol::ended_at`]), and a record
-//! is deleted only once [`crate::protocol::may_forget`] allows. `complete`, `release` and
+//! is deleted only once [`crate::protocol::may_forget`] of its `keep_until` allows. `complete`, `release` and
 //! `renew` act only when the caller's token holds the record ([`crate::protocol::holds`]: in
 //! progress, that token, live).
 
@@ -29,7 +36,7 @@ mod migration;
 mod releases;
 
 pub use crate::backend::{Backend, UnknownScheme};
-pub use crate::record::{ClaimOutcome, Record, Status};
+pub use crate::record::{ClaimOutcome, Record, Status, Takeover};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use executor::Connection;
 pub use executor::Executor;
@@ -63,11 +70,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 // The column encoding of the SQL stores.
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 impl Status {
-    /// The status as stored in a column: 0 in progress, 1 completed.
+    /// The status as stored in a column: 0 in progress, 1 completed, 2 released, 3 parked.
     pub(crate) fn as_i16(self) -> i16 {
         match self {
             Status::InProgress => 0,
             Status::Completed => 1,
+            Status::Released => 2,
+            Status::Parked => 3,
         }
     }
 
@@ -76,6 +85,8 @@ impl Status {
         match v {
             0 => Some(Status::InProgress),
             1 => Some(Status::Completed),
+            2 => Some(Status::Released),
+            3 => Some(Status::Parked),
             _ => None,
         }
     }
@@ -98,6 +109,35 @@ pub struct Claim<'a> {
     pub fingerprint: &'a Digest,
     /// How long the claim lives without renewal.
     pub lease: Duration,
+    /// How long a result of this call would be kept: the claim keeps its record until
+    /// `now + max(lease, ttl)` (`keep_until`), so that an attempt that dies is remembered as
+    /// abandoned as long as its result would have been.
+    pub ttl: Duration,
+}
+
+/// An operator's verdict on a parked key ([`Store::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve<'a> {
+    /// The parked attempt's effect happened: the record becomes completed with this encoded
+    /// value, kept and replayed for `ttl`.
+    Applied {
+        /// The encoded result callers get.
+        value: &'a [u8],
+        /// How long it is kept and replayed.
+        ttl: Duration,
+    },
+    /// It did not happen: the record is released, and the next call runs the body.
+    NotApplied,
+}
+
+/// What [`Store::resolve`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// The key was parked and is now resolved; the record as it was (parked).
+    Done(Record),
+    /// The key was not parked: nothing was changed. The live record found (completed, in
+    /// progress), or `None` when the key is free.
+    NotParked(Option<Record>),
 }
 
 /// A request to store a finished result.
@@ -121,24 +161,31 @@ pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Atomically: if no live record exists, write an in-progress record (fingerprint, new
-    /// token, `expires_at = now + lease`) and return `Claimed`; otherwise return the live record.
-    /// The new token is [`protocol::next_token`](crate::protocol::next_token) of the token of the
-    /// record that is there and no longer live (lapsed, expired or ended), if any.
+    /// token, `expires_at = now + lease`, `keep_until = now + max(lease, ttl)`) and return
+    /// `Claimed`; otherwise return the live record. The new token is
+    /// [`protocol::next_token`](crate::protocol::next_token) of the token of the record that is
+    /// there and no longer live (lapsed, expired or ended), if any. When that record is
+    /// abandoned ([`protocol::abandoned`](crate::protocol::abandoned)), the claim takes it over:
+    /// `attempt` is its attempt + 1 and `Claimed::takeover` says so, with its `created_at`;
+    /// otherwise `attempt` is 1 and `takeover` is `None`.
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>>;
 
     /// Atomically: if this token holds the record ([`protocol::holds`](crate::protocol::holds):
     /// in progress, this token, live), make it completed with this value and
-    /// `expires_at = now + ttl`, and return `true`; otherwise change nothing, `false`.
+    /// `expires_at = keep_until = now + ttl`, and return `true`; otherwise change nothing,
+    /// `false`.
     fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>>;
 
     /// Atomically: if this token holds the record, end it and return `true`: it stays, with its
-    /// token, no longer live (`expires_at =`
+    /// token, [`Status::Released`] and no longer live (`expires_at = keep_until =`
     /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`), so the next claim passes the
-    /// token. Deleting it would let a claim in the same millisecond get the same token.
+    /// token (and does not take it for abandoned). Deleting it would let a claim in the same
+    /// millisecond get the same token.
     fn release<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
 
-    /// Atomically: if this token holds the record, set `expires_at = now + lease` and return
-    /// `true`.
+    /// Atomically: if this token holds the record, set `expires_at = now + lease` (and raise
+    /// `keep_until` to it if it was below, so a record is never forgotten while live) and
+    /// return `true`.
     fn renew<'a>(
         &'a self,
         key: &'a Digest,
@@ -149,9 +196,10 @@ pub trait Store: Send + Sync + 'static {
     /// The live record of a key, if any.
     fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>>;
 
-    /// Deletes at most `limit` records that ended before now
-    /// ([`protocol::may_forget`](crate::protocol::may_forget): `expires_at < now`, so one that
-    /// ended this millisecond keeps its token for claims in it); returns how many it deleted.
+    /// Deletes at most `limit` records kept until before now
+    /// ([`protocol::may_forget`](crate::protocol::may_forget): `keep_until < now`, so one that
+    /// ended this millisecond keeps its token for claims in it, an abandoned one is kept as long
+    /// as its claim asked, and a parked one never goes); returns how many it deleted.
     /// Bounded so that it never holds the backend for long: call it in a loop to drain.
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>>;
 
@@ -181,8 +229,10 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Ends the live record of `key` whatever its state (an operator's release after an incident
-    /// review), as [`Store::release`] ends one: no longer live, its token kept. Returns the
-    /// record as it was, or `None` when the key had no live record (nothing is changed then).
+    /// review), as [`Store::release`] ends one: [`Status::Released`], no longer live, its token
+    /// kept. A parked key may be force-released too: that frees it, and the next call runs the
+    /// body (as [`Resolve::NotApplied`] does, without looking). Returns the record as it was,
+    /// or `None` when the key had no live record (nothing is changed then).
     fn force_release<'a>(&'a self, key: &'a Digest)
         -> BoxFuture<'a, Result<Option<Record>, Error>>;
 
@@ -195,6 +245,36 @@ pub trait Store: Send + Sync + 'static {
         let _ = conn;
         None
     }
+
+    /// Atomically: if this token holds the record ([`protocol::holds`](crate::protocol::holds)),
+    /// park it: [`Status::Parked`], `expires_at = keep_until = i64::MAX` (it never lapses: only
+    /// an operator's [`Store::resolve`] or [`Store::force_release`] ends it), and return
+    /// `true`; otherwise change nothing, `false`. Every later claim finds it live.
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Atomically: if this token holds the record, abandon it: `expires_at =`
+    /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`, status still in progress and
+    /// `keep_until` as the claim set it, so the next claim takes it over as abandoned (with the
+    /// next attempt number); return `true`. Otherwise change nothing, `false`. (For an attempt
+    /// that took over and could not decide what the abandoned one did.)
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// Atomically, only if the record of `key` is [`Status::Parked`]: [`Resolve::Applied`]
+    /// makes it completed with the value (its token kept, `expires_at = keep_until = now +
+    /// ttl`); [`Resolve::NotApplied`] releases it (`expires_at = keep_until =`
+    /// [`protocol::ended_at`](crate::protocol::ended_at)`(now)`). Returns the parked record as
+    /// it was. Anything else (completed, in progress, free) is left as it is:
+    /// [`Resolved::NotParked`] with the live record found.
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>>;
+}
+
+/// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).
+pub(crate) fn claim_keep_until(now: i64, claim: &Claim<'_>) -> i64 {
+    now.saturating_add(millis(claim.lease.max(claim.ttl)))
 }
 
 /// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of

@@ -88,7 +88,14 @@ macro_rules! conformance_suite {
             get_returns_the_live_record, force_release_frees_a_live_claim, values_are_binary_safe,
             copied_values_do_not_decrypt_under_another_key,
             steps_replay_finished_and_rerun_failed, steps_survive_a_crash_between_steps,
-            steps_nest_and_dedupe, step_with_other_arguments_is_a_mismatch);
+            steps_nest_and_dedupe, step_with_other_arguments_is_a_mismatch,
+            lapsed_claim_is_taken_over_as_abandoned, released_key_is_not_abandoned,
+            parked_key_is_live_and_held_by_nobody, abandon_makes_the_next_claim_a_takeover,
+            resolve_acts_only_on_parked_keys, force_release_frees_a_parked_key,
+            purge_keeps_parked_and_abandoned_records,
+            takeover_reruns_by_default_and_says_so, parked_key_answers_outcome_unknown_until_resolved,
+            resolve_refuses_a_key_that_is_not_parked, a_resolved_value_of_another_type_is_a_codec_error,
+            reconcile_decides_a_takeover, a_released_key_is_not_taken_over);
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
         $(

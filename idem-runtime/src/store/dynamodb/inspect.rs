@@ -5,7 +5,8 @@
 
 use super::error::sdk_error;
 use super::item::{
-    self, Item, CREATED_AT, EXPIRES_AT, FINGERPRINT, NAME, PK, STATUS, TOKEN, VALUE_SIZE,
+    self, Item, ATTEMPT, CREATED_AT, EXPIRES_AT, FINGERPRINT, KEEP_UNTIL, NAME, PK, STATUS, TOKEN,
+    VALUE_SIZE,
 };
 use super::{names, DynamoDbStore};
 use crate::error::Error;
@@ -66,6 +67,8 @@ impl Inspect for DynamoDbStore {
                         VALUE_SIZE,
                         CREATED_AT,
                         EXPIRES_AT,
+                        ATTEMPT,
+                        KEEP_UNTIL,
                     ],
                 )
                 .await?;
@@ -91,18 +94,23 @@ impl Inspect for DynamoDbStore {
 
     fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
         Box::pin(async move {
-            let items = self.scan_all("stats", &[NAME, STATUS, EXPIRES_AT]).await?;
+            let items = self
+                .scan_all("stats", &[NAME, STATUS, EXPIRES_AT, KEEP_UNTIL])
+                .await?;
             let now = self.now();
             let states = items
                 .iter()
                 .map(|it| {
+                    let status = item::status(it, "stats")?;
+                    let expires_at = item::number(it, EXPIRES_AT, "stats")?;
+                    // An item written before `keep_until`: kept until its end, never abandoned.
+                    let keep_until = match it.get(KEEP_UNTIL) {
+                        Some(_) => item::number(it, KEEP_UNTIL, "stats")?,
+                        None => expires_at.saturating_sub(1),
+                    };
                     Ok((
                         item::name(it, "stats")?,
-                        State::of(
-                            item::status(it, "stats")?,
-                            item::number(it, EXPIRES_AT, "stats")?,
-                            now,
-                        ),
+                        State::of(status, expires_at, keep_until, now),
                     ))
                 })
                 .collect::<Result<Vec<_>, Error>>()?;

@@ -6,16 +6,18 @@
 //! | `name` | S | the namespace |
 //! | `fingerprint` | B | 32 bytes |
 //! | `token` | N | the fencing token |
-//! | `status` | N | 0 in progress, 1 completed |
+//! | `status` | N | 0 in progress, 1 completed, 2 released, 3 parked |
 //! | `value` | B | the stored result (completed items) |
 //! | `value_size` | N | its length, for listings that do not read it |
 //! | `created_at`, `expires_at` | N | milliseconds since the epoch, on the writer's clock |
-//! | `ttl` | N | seconds since the epoch: when DynamoDB may delete the item by itself |
+//! | `attempt` | N | the attempt number (absent in items written before it: 1) |
+//! | `keep_until` | N | until when the item is kept, ms (absent in items written before it: `expires_at`, and a lapsed in-progress one reads as released, not abandoned) |
+//! | `ttl` | N | seconds since the epoch: when DynamoDB may delete the item by itself, from `keep_until` (absent on a parked item: it stays until resolved) |
 
 use super::error::corrupt;
 use crate::error::Error;
 use crate::key::Digest;
-use crate::store::{Record, Status};
+use crate::store::{Claim, Record, Status};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -30,6 +32,8 @@ pub(super) const VALUE_SIZE: &str = "value_size";
 pub(super) const CREATED_AT: &str = "created_at";
 pub(super) const EXPIRES_AT: &str = "expires_at";
 pub(super) const TTL: &str = "ttl";
+pub(super) const ATTEMPT: &str = "attempt";
+pub(super) const KEEP_UNTIL: &str = "keep_until";
 
 /// An item as the SDK gives it.
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -52,9 +56,9 @@ pub(super) fn b(bytes: &[u8]) -> AttributeValue {
     AttributeValue::B(Blob::new(bytes))
 }
 
-/// The `ttl` attribute of an item that stops being live at `expires_at` (ms).
-pub(super) fn ttl_of(expires_at: i64) -> AttributeValue {
-    n(expires_at.div_euclid(1000) + 1 + TTL_MARGIN_SECS)
+/// The `ttl` attribute of an item kept until `keep_until` (ms).
+pub(super) fn ttl_of(keep_until: i64) -> AttributeValue {
+    n(keep_until.div_euclid(1000) + 1 + TTL_MARGIN_SECS)
 }
 
 /// The key attribute of an item.
@@ -64,22 +68,24 @@ pub(super) fn key_of(key: &Digest) -> Item {
 
 /// A new in-progress item.
 pub(super) fn claim_item(
-    key: &Digest,
-    name: &str,
-    fingerprint: &Digest,
+    claim: &Claim<'_>,
     token: u64,
     now: i64,
     expires_at: i64,
+    attempt: u32,
+    keep_until: i64,
 ) -> Item {
     HashMap::from([
-        (PK.to_string(), b(&key.0)),
-        (NAME.to_string(), AttributeValue::S(name.to_string())),
-        (FINGERPRINT.to_string(), b(&fingerprint.0)),
+        (PK.to_string(), b(&claim.key.0)),
+        (NAME.to_string(), AttributeValue::S(claim.name.to_string())),
+        (FINGERPRINT.to_string(), b(&claim.fingerprint.0)),
         (TOKEN.to_string(), n(token)),
         (STATUS.to_string(), n(Status::InProgress.as_i16())),
         (CREATED_AT.to_string(), n(now)),
         (EXPIRES_AT.to_string(), n(expires_at)),
-        (TTL.to_string(), ttl_of(expires_at)),
+        (ATTEMPT.to_string(), n(attempt)),
+        (KEEP_UNTIL.to_string(), n(keep_until)),
+        (TTL.to_string(), ttl_of(keep_until)),
     ])
 }
 
@@ -97,11 +103,13 @@ pub(super) fn completed_size(name_len: usize, value_len: usize) -> usize {
         CREATED_AT,
         EXPIRES_AT,
         TTL,
+        ATTEMPT,
+        KEEP_UNTIL,
     ]
     .iter()
     .map(|a| a.len())
     .sum();
-    names + 32 + name_len + 32 + 6 * 21 + value_len
+    names + 32 + name_len + 32 + 8 * 21 + value_len
 }
 
 fn get<'a>(item: &'a Item, attr: &str, op: &'static str) -> Result<&'a AttributeValue, Error> {
@@ -168,15 +176,37 @@ pub(super) fn record(item: &Item, now: i64, op: &'static str) -> Result<Record, 
         Some(_) => return Err(corrupt(op, "`value` is not binary".into())),
         None => None,
     };
+    let expires_at = number(item, EXPIRES_AT, op)?;
+    let mut status = status(item, op)?;
+    let keep_until = match item.get(KEEP_UNTIL) {
+        Some(_) => number(item, KEEP_UNTIL, op)?,
+        None => {
+            // Written before abandoned attempts were told apart: a lapsed claim then meant a
+            // free key (a release ended it so).
+            if status == Status::InProgress && !crate::protocol::is_live(expires_at, now) {
+                status = Status::Released;
+            }
+            expires_at
+        }
+    };
+    let attempt = match item.get(ATTEMPT) {
+        Some(_) => u32::try_from(number(item, ATTEMPT, op)?)
+            .ok()
+            .filter(|a| *a >= 1)
+            .ok_or_else(|| corrupt(op, "`attempt` is not an attempt number".into()))?,
+        None => 1,
+    };
     Ok(Record {
         name: name(item, op)?,
         key: digest(item, PK, op)?,
         fingerprint: digest(item, FINGERPRINT, op)?,
         token: token(item, op)?,
-        status: status(item, op)?,
+        status,
         value,
         created_at: number(item, CREATED_AT, op)?,
-        expires_at: number(item, EXPIRES_AT, op)?,
+        expires_at,
+        attempt,
+        keep_until,
         now,
     })
 }

@@ -3,13 +3,16 @@
 //!
 //! | step | request |
 //! |---|---|
-//! | `claim` | `PutItem` if `attribute_not_exists(pk)`, `ReturnValuesOnConditionCheckFailure = ALL_OLD`; when the item it returns is no longer live, a second `PutItem` if `token = <its token> AND expires_at <= now`, with the next token |
-//! | `complete` | `UpdateItem SET status = 1, value, expires_at, ttl` if `token AND status = 0 AND expires_at > now` |
-//! | `release` | `UpdateItem SET expires_at = now` on the same condition (the item ends and keeps its token) |
-//! | `renew` | `UpdateItem SET expires_at, ttl` on the same condition |
+//! | `claim` | `PutItem` if `attribute_not_exists(pk)`, `ReturnValuesOnConditionCheckFailure = ALL_OLD`; when the item it returns is no longer live, a second `PutItem` if `token = <its token> AND expires_at <= now`, with the next token (and, when the old item was abandoned, its attempt + 1) |
+//! | `complete` | `UpdateItem SET status = 1, value, expires_at, keep_until, ttl` if `token AND status = 0 AND expires_at > now` |
+//! | `release` | `UpdateItem SET status = 2, expires_at = keep_until = now` on the same condition (the item ends and keeps its token) |
+//! | `renew` | `UpdateItem SET expires_at` on the same condition and `keep_until >= expires_at`; else once more raising `keep_until` and `ttl` too |
+//! | `park` | `UpdateItem SET status = 3, expires_at = keep_until = i64::MAX REMOVE ttl` on the same condition |
+//! | `abandon` | `UpdateItem SET expires_at = now` on the same condition |
+//! | `resolve` | `UpdateItem` if `status = 3`, `ReturnValues = ALL_OLD` (and on a failed condition) |
 //! | `get` | `GetItem`, strongly consistent |
-//! | `purge_expired` | `Scan` (filter `expires_at < now`) until `limit` candidates, then `DeleteItem` each if `token AND expires_at < now` |
-//! | `force_release` | `UpdateItem SET expires_at = now` if `expires_at > now`, `ReturnValues = ALL_OLD` |
+//! | `purge_expired` | `Scan` (filter `keep_until < now AND expires_at < now`) until `limit` candidates, then `DeleteItem` each if `token` and the same |
+//! | `force_release` | `UpdateItem SET status = 2, expires_at = keep_until = now` if `expires_at > now`, `ReturnValues = ALL_OLD` |
 //!
 //! A fresh call is two requests (claim, complete), a replay or a duplicate in flight one: the
 //! claim's failed condition returns the live item. Taking over a lapsed or released item costs
@@ -26,7 +29,8 @@
 //! key has its completion refused (`LeaseLost`). Keep clocks within a small fraction of the
 //! lease (NTP does; Lambda's and EC2's clocks are synchronised by AWS).
 //!
-//! **Expiry.** Each item carries `ttl` (epoch seconds, [`TTL_MARGIN_SECS`] past `expires_at`),
+//! **Expiry.** Each item carries `ttl` (epoch seconds, [`TTL_MARGIN_SECS`] past `keep_until`;
+//! none on a parked item, which stays until resolved),
 //! and the table is created with TTL enabled on it, so DynamoDB deletes finished items by
 //! itself, free of charge, within a day or two of their end. `purge_expired` is for DynamoDB
 //! Local (which expires nothing) and for operators in a hurry.
@@ -46,15 +50,16 @@ pub use item::{MAX_ITEM_BYTES, TTL_MARGIN_SECS};
 pub use options::DynamoDbOptions;
 
 use super::{
-    local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Record, Status, Store,
+    claim_keep_until, local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete,
+    Record, Resolve, Resolved, Status, Store, Takeover,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
-use crate::protocol::{ended_at, is_live, next_token};
+use crate::protocol::{ended_at, is_live, next_token, takeover_of};
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use error::{corrupt, sdk_error};
-use item::{b, n, ttl_of, Item, EXPIRES_AT, PK, STATUS, TOKEN, TTL, VALUE, VALUE_SIZE};
+use item::{b, n, ttl_of, Item, EXPIRES_AT, KEEP_UNTIL, PK, STATUS, TOKEN, TTL, VALUE, VALUE_SIZE};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +123,10 @@ fn holds_names() -> Option<HashMap<String, String>> {
     ])
 }
 
+/// What a purge may delete: `keep_until` passed (`protocol::may_forget`), and the item not
+/// live whatever wrote it; an item without `keep_until` (written before it) by its end alone.
+const FORGETTABLE: &str = "#e < :now AND (attribute_not_exists(#k) OR #k < :now)";
+
 impl DynamoDbStore {
     /// Opens a store on the table `options` name (default `idem_records`), with the AWS
     /// environment's region, credentials and endpoint.
@@ -160,8 +169,10 @@ impl DynamoDbStore {
 
     async fn claim_now(&self, claim: Claim<'_>) -> Result<ClaimOutcome, Error> {
         let client = &self.inner.client;
-        // The token of the item that is there and no longer live, once a write has seen it.
+        // The token of the item that is there and no longer live, once a write has seen it, and
+        // what replacing it takes over (when it was abandoned).
         let mut previous: Option<u64> = None;
+        let mut takeover: Option<Takeover> = None;
         for _ in 0..CLAIM_ATTEMPTS {
             let now = self.now();
             let token = next_token(previous, now);
@@ -170,12 +181,12 @@ impl DynamoDbStore {
                 .put_item()
                 .table_name(&self.inner.table)
                 .set_item(Some(item::claim_item(
-                    claim.key,
-                    claim.name,
-                    claim.fingerprint,
+                    &claim,
                     token,
                     now,
                     expires_at,
+                    takeover.map_or(1, |t| t.attempt),
+                    claim_keep_until(now, &claim).min(MAX_MS),
                 )))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -197,7 +208,7 @@ impl DynamoDbStore {
                     // The body runs next, on this worker: one yield moves this task out of
                     // the worker's LIFO slot, as the other stores do.
                     tokio::task::yield_now().await;
-                    return Ok(ClaimOutcome::Claimed { token });
+                    return Ok(ClaimOutcome::Claimed { token, takeover });
                 }
                 Err(e) => {
                     let old = match e.as_service_error() {
@@ -213,10 +224,13 @@ impl DynamoDbStore {
                             if is_live(record.expires_at, now) {
                                 return Ok(ClaimOutcome::Existing(record));
                             }
+                            // The write below replaces this very item (its token is never
+                            // reused), so what it takes over is decided now, on this clock.
                             previous = Some(record.token);
+                            takeover = takeover_of(&record);
                         }
                         // Purged between our writes: claim it as new.
-                        None => previous = None,
+                        None => (previous, takeover) = (None, None),
                     }
                 }
             }
@@ -244,13 +258,16 @@ impl DynamoDbStore {
         let mut names = holds_names().unwrap_or_default();
         names.insert("#v".into(), VALUE.into());
         names.insert("#z".into(), VALUE_SIZE.into());
+        names.insert("#k".into(), KEEP_UNTIL.into());
         let res = self
             .inner
             .client
             .update_item()
             .table_name(&self.inner.table)
             .set_key(Some(item::key_of(done.key)))
-            .update_expression("SET #s = :done, #v = :v, #z = :z, #e = :exp, #ttl = :ttl")
+            .update_expression(
+                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :exp, #ttl = :ttl",
+            )
             .condition_expression(HOLDS)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(values(vec![
@@ -312,16 +329,36 @@ impl DynamoDbStore {
         )
     }
 
-    /// An `UpdateItem` on `key` conditional on `token` holding it.
+    /// An `UpdateItem` on `key` conditional on `token` holding it (and on `also`, if any):
+    /// `set` may use `#s`, `#e`, `#k` (keep_until), `#ttl`, `:now` and the `extra` values.
+    #[allow(clippy::too_many_arguments)]
     async fn update_held(
         &self,
         op: &'static str,
         key: &Digest,
         token: u64,
         set: &str,
-        expires_at: i64,
+        also: Option<&str>,
         now: i64,
+        extra: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
     ) -> Result<bool, Error> {
+        let mut names = holds_names().unwrap_or_default();
+        if set.contains("#k") || also.is_some_and(|c| c.contains("#k")) {
+            names.insert("#k".into(), KEEP_UNTIL.into());
+        }
+        if !set.contains("#ttl") {
+            names.remove("#ttl");
+        }
+        let mut vals = vec![
+            (":t", n(token)),
+            (":running", n(Status::InProgress.as_i16())),
+            (":now", n(now)),
+        ];
+        vals.extend(extra);
+        let condition = match also {
+            Some(c) => format!("{HOLDS} AND ({c})"),
+            None => HOLDS.to_string(),
+        };
         let res = self
             .inner
             .client
@@ -329,15 +366,9 @@ impl DynamoDbStore {
             .table_name(&self.inner.table)
             .set_key(Some(item::key_of(key)))
             .update_expression(set)
-            .condition_expression(HOLDS)
-            .set_expression_attribute_names(holds_names())
-            .set_expression_attribute_values(values(vec![
-                (":t", n(token)),
-                (":running", n(Status::InProgress.as_i16())),
-                (":now", n(now)),
-                (":exp", n(expires_at)),
-                (":ttl", ttl_of(expires_at)),
-            ]))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values(vals))
             .send()
             .await;
         match res {
@@ -354,15 +385,133 @@ impl DynamoDbStore {
 
     async fn release_now(&self, key: &Digest, token: u64) -> Result<bool, Error> {
         let now = self.now();
+        let end = ended_at(now);
         self.update_held(
             "release",
             key,
             token,
-            "SET #e = :exp, #ttl = :ttl",
-            ended_at(now),
+            "SET #s = :released, #e = :end, #k = :end, #ttl = :ttl",
+            None,
             now,
+            vec![
+                (":released", n(Status::Released.as_i16())),
+                (":end", n(end)),
+                (":ttl", ttl_of(end)),
+            ],
         )
         .await
+    }
+
+    async fn renew_now(&self, key: &Digest, token: u64, lease: Duration) -> Result<bool, Error> {
+        let now = self.now();
+        let expires_at = now.saturating_add(ms(lease));
+        // `keep_until` never falls below the lease's end. DynamoDB has no `max` to write it
+        // with: the lease moves alone while `keep_until` covers it (a claim keeps a record for
+        // its TTL, which is usually longer than any lease), else both move.
+        if self
+            .update_held(
+                "renew",
+                key,
+                token,
+                "SET #e = :exp",
+                Some("#k >= :exp"),
+                now,
+                vec![(":exp", n(expires_at))],
+            )
+            .await?
+        {
+            return Ok(true);
+        }
+        self.update_held(
+            "renew",
+            key,
+            token,
+            "SET #e = :exp, #k = :exp, #ttl = :ttl",
+            None,
+            now,
+            vec![(":exp", n(expires_at)), (":ttl", ttl_of(expires_at))],
+        )
+        .await
+    }
+
+    async fn resolve_now(&self, key: &Digest, resolution: Resolve<'_>) -> Result<Resolved, Error> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        let now = self.now();
+        let update = self
+            .inner
+            .client
+            .update_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(item::key_of(key)))
+            .condition_expression("#s = :parked")
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let update = match resolution {
+            Resolve::Applied { value, ttl } => {
+                let end = now.saturating_add(ms(ttl));
+                update
+                    .update_expression(
+                        "SET #s = :done, #v = :v, #z = :z, #e = :end, #k = :end, #ttl = :ttl",
+                    )
+                    .set_expression_attribute_names(names(&[
+                        ("#s", STATUS),
+                        ("#v", VALUE),
+                        ("#z", VALUE_SIZE),
+                        ("#e", EXPIRES_AT),
+                        ("#k", KEEP_UNTIL),
+                        ("#ttl", TTL),
+                    ]))
+                    .set_expression_attribute_values(values(vec![
+                        (":parked", n(Status::Parked.as_i16())),
+                        (":done", n(Status::Completed.as_i16())),
+                        (":v", b(value)),
+                        (":z", n(value.len())),
+                        (":end", n(end)),
+                        (":ttl", ttl_of(end)),
+                    ]))
+            }
+            Resolve::NotApplied => {
+                let end = ended_at(now);
+                update
+                    .update_expression(
+                        "SET #s = :released, #e = :end, #k = :end, #ttl = :ttl REMOVE #v, #z",
+                    )
+                    .set_expression_attribute_names(names(&[
+                        ("#s", STATUS),
+                        ("#v", VALUE),
+                        ("#z", VALUE_SIZE),
+                        ("#e", EXPIRES_AT),
+                        ("#k", KEEP_UNTIL),
+                        ("#ttl", TTL),
+                    ]))
+                    .set_expression_attribute_values(values(vec![
+                        (":parked", n(Status::Parked.as_i16())),
+                        (":released", n(Status::Released.as_i16())),
+                        (":end", n(end)),
+                        (":ttl", ttl_of(end)),
+                    ]))
+            }
+        };
+        match update.send().await {
+            Ok(out) => match out.attributes() {
+                Some(old) => Ok(Resolved::Done(item::record(old, now, "resolve")?)),
+                None => Err(corrupt(
+                    "resolve",
+                    "a resolved item returned nothing".into(),
+                )),
+            },
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    let found = c
+                        .item()
+                        .map(|old| item::record(old, now, "resolve"))
+                        .transpose()?
+                        .filter(|r| is_live(r.expires_at, now));
+                    Ok(Resolved::NotParked(found))
+                }
+                _ => Err(sdk_error("resolve", e)),
+            },
+        }
     }
 
     async fn get_now(&self, key: &Digest) -> Result<Option<Record>, Error> {
@@ -397,12 +546,13 @@ impl DynamoDbStore {
                 .client
                 .scan()
                 .table_name(&self.inner.table)
-                .projection_expression("#pk, #t, #e")
-                .filter_expression("#e < :now")
+                .projection_expression("#pk, #t, #e, #k")
+                .filter_expression(FORGETTABLE)
                 .set_expression_attribute_names(names(&[
                     ("#pk", PK),
                     ("#t", TOKEN),
                     ("#e", EXPIRES_AT),
+                    ("#k", KEEP_UNTIL),
                 ]))
                 .set_expression_attribute_values(values(vec![(":now", n(now))]))
                 .set_exclusive_start_key(start.take())
@@ -433,8 +583,12 @@ impl DynamoDbStore {
                     .table_name(&self.inner.table)
                     .set_key(Some(key.clone()))
                     // Only the ended item it saw: not one a claim took over meanwhile.
-                    .condition_expression("#t = :t AND #e < :now")
-                    .set_expression_attribute_names(names(&[("#t", TOKEN), ("#e", EXPIRES_AT)]))
+                    .condition_expression(format!("#t = :t AND {FORGETTABLE}"))
+                    .set_expression_attribute_names(names(&[
+                        ("#t", TOKEN),
+                        ("#e", EXPIRES_AT),
+                        ("#k", KEEP_UNTIL),
+                    ]))
                     .set_expression_attribute_values(values(vec![
                         (":t", n(*token)),
                         (":now", n(now)),
@@ -465,10 +619,16 @@ impl DynamoDbStore {
             .update_item()
             .table_name(&self.inner.table)
             .set_key(Some(item::key_of(key)))
-            .update_expression("SET #e = :end, #ttl = :ttl")
+            .update_expression("SET #s = :released, #e = :end, #k = :end, #ttl = :ttl")
             .condition_expression("#e > :now")
-            .set_expression_attribute_names(names(&[("#e", EXPIRES_AT), ("#ttl", TTL)]))
+            .set_expression_attribute_names(names(&[
+                ("#s", STATUS),
+                ("#e", EXPIRES_AT),
+                ("#k", KEEP_UNTIL),
+                ("#ttl", TTL),
+            ]))
             .set_expression_attribute_values(values(vec![
+                (":released", n(Status::Released.as_i16())),
                 (":now", n(now)),
                 (":end", n(end)),
                 (":ttl", ttl_of(end)),
@@ -546,19 +706,7 @@ impl Store for DynamoDbStore {
         token: u64,
         lease: Duration,
     ) -> BoxFuture<'a, Result<bool, Error>> {
-        Box::pin(async move {
-            let now = self.now();
-            let expires_at = now.saturating_add(ms(lease));
-            self.update_held(
-                "renew",
-                key,
-                token,
-                "SET #e = :exp, #ttl = :ttl",
-                expires_at,
-                now,
-            )
-            .await
-        })
+        Box::pin(self.renew_now(key, token, lease))
     }
 
     fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>> {
@@ -578,5 +726,49 @@ impl Store for DynamoDbStore {
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.force_release_now(key))
+    }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            let now = self.now();
+            self.update_held(
+                "park",
+                key,
+                token,
+                "SET #s = :parked, #e = :never, #k = :never REMOVE #ttl",
+                None,
+                now,
+                vec![
+                    (":parked", n(Status::Parked.as_i16())),
+                    (":never", n(i64::MAX)),
+                ],
+            )
+            .await
+        })
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            let now = self.now();
+            // `keep_until` stays as the claim set it (an item written before it gets its end).
+            self.update_held(
+                "abandon",
+                key,
+                token,
+                "SET #e = :end, #k = if_not_exists(#k, :end)",
+                None,
+                now,
+                vec![(":end", n(ended_at(now)))],
+            )
+            .await
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        Box::pin(self.resolve_now(key, resolution))
     }
 }

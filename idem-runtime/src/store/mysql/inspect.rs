@@ -10,11 +10,11 @@ use sqlx::Row;
 
 impl MysqlStore {
     fn list_sql(&self) -> String {
-        // Columns 0..8 as `record_from` decodes them, without the value (a listing shows its
+        // Columns 0..10 as `record_from` decodes them, without the value (a listing shows its
         // size only), then the key and the size.
         format!(
             "SELECT `name`, `fingerprint`, `token`, `status`, NULL, `created_at`, `expires_at`, \
-                    c.now, `key`, CAST(LENGTH(`value`) AS SIGNED) \
+                    `attempt`, `keep_until`, c.now, `key`, CAST(LENGTH(`value`) AS SIGNED) \
                FROM {r} CROSS JOIN (SELECT {CLOCK} AS now) c \
               WHERE `expires_at` > c.now AND `created_at` <= c.now - ? \
                 AND (? IS NULL OR `name` = ?) \
@@ -27,7 +27,9 @@ impl MysqlStore {
     fn stats_sql(&self) -> String {
         format!(
             "SELECT `name`, \
-                    CAST(CASE WHEN `expires_at` <= c.now THEN 2 ELSE `status` END AS SIGNED), \
+                    CAST(CASE WHEN `status` = 3 THEN 3 WHEN `expires_at` > c.now THEN `status` \
+                              WHEN `status` = 0 AND `keep_until` >= c.now THEN 4 \
+                              ELSE 2 END AS SIGNED), \
                     COUNT(*) \
                FROM {r} CROSS JOIN (SELECT {CLOCK} AS now) c \
               GROUP BY 1, 2 ORDER BY 1, 2",
@@ -53,8 +55,8 @@ impl Inspect for MysqlStore {
             rows.iter()
                 .map(|row| {
                     let get = |e: sqlx::Error| my_error("list", e);
-                    let key = digest_of("list", "key", row.try_get(8).map_err(get)?)?;
-                    let size: Option<i64> = row.try_get(9).map_err(get)?;
+                    let key = digest_of("list", "key", row.try_get(10).map_err(get)?)?;
+                    let size: Option<i64> = row.try_get(11).map_err(get)?;
                     let record = record_from("list", &key, row)?;
                     Ok(KeyInfo {
                         value_size: size.map(|n| n as u64),

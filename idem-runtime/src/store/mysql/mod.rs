@@ -38,7 +38,8 @@ pub use options::{MysqlOptions, DEFAULT_TABLE};
 pub use schema::{Migration, SCHEMA_VERSION};
 
 use super::{
-    millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Record, Status, Store,
+    millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Record, Resolve, Resolved,
+    Status, Store, Takeover,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
@@ -105,8 +106,8 @@ fn digest_of(op: &'static str, what: &str, bytes: Vec<u8>) -> Result<Digest, Err
         })
 }
 
-/// Decodes a record from columns 0..8 (name, fingerprint, token, status, value, created_at,
-/// expires_at, now).
+/// Decodes a record from columns 0..10 (name, fingerprint, token, status, value, created_at,
+/// expires_at, attempt, keep_until, now).
 fn record_from(op: &'static str, key: &Digest, row: &MySqlRow) -> Result<Record, Error> {
     let get_err = |e: sqlx::Error| my_error(op, e);
     let status: i8 = row.try_get(3).map_err(get_err)?;
@@ -124,6 +125,7 @@ fn record_from(op: &'static str, key: &Digest, row: &MySqlRow) -> Result<Record,
     let name = String::from_utf8(name)
         .map_err(|_| corrupt(op, format!("the name of key {key} is not UTF-8")))?;
     let token: i64 = row.try_get(2).map_err(get_err)?;
+    let attempt: i32 = row.try_get(7).map_err(get_err)?;
     Ok(Record {
         name,
         key: *key,
@@ -133,8 +135,48 @@ fn record_from(op: &'static str, key: &Digest, row: &MySqlRow) -> Result<Record,
         value: row.try_get(4).map_err(get_err)?,
         created_at: row.try_get(5).map_err(get_err)?,
         expires_at: row.try_get(6).map_err(get_err)?,
-        now: row.try_get(7).map_err(get_err)?,
+        attempt: u32::try_from(attempt)
+            .ok()
+            .filter(|a| *a >= 1)
+            .ok_or_else(|| corrupt(op, format!("the record of key {key} has attempt {attempt}")))?,
+        keep_until: row.try_get(8).map_err(get_err)?,
+        now: row.try_get(9).map_err(get_err)?,
     })
+}
+
+/// Runs the claim's upsert on `conn`: the new token (0 when a live row was left alone) and,
+/// for a takeover of an abandoned attempt, what the statement left in the session.
+pub(crate) async fn claim_on(
+    sql: &str,
+    conn: &mut sqlx::MySqlConnection,
+    claim: Claim<'_>,
+) -> Result<(u64, Option<Takeover>), sqlx::Error> {
+    let keep = ms(claim.lease.max(claim.ttl));
+    let done = sqlx::query(sql)
+        .bind(&claim.key.0[..])
+        .bind(claim.name)
+        .bind(&claim.fingerprint.0[..])
+        .bind(ms(claim.lease))
+        .bind(keep)
+        .bind(claim.name)
+        .bind(&claim.fingerprint.0[..])
+        .bind(keep)
+        .bind(ms(claim.lease))
+        .execute(&mut *conn)
+        .await?;
+    let id = done.last_insert_id();
+    if id & statements::TAKEOVER_FLAG == 0 {
+        return Ok((id, None));
+    }
+    let (attempt, abandoned_at): (i64, i64) =
+        sqlx::query_as("SELECT CAST(@idem_attempt AS SIGNED), CAST(@idem_abandoned_at AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await?;
+    let takeover = Takeover {
+        attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+        abandoned_at,
+    };
+    Ok((id & !statements::TAKEOVER_FLAG, Some(takeover)))
 }
 
 /// Opens one connection (for the schema check, before any pool): a server that is down fails
@@ -274,26 +316,18 @@ impl MysqlStore {
         let sql = &self.inner.sql;
         let pool = &self.inner.pool;
         for _ in 0..CLAIM_ATTEMPTS {
-            let done = retrying(|| {
-                sqlx::query(&sql.claim)
-                    .bind(&claim.key.0[..])
-                    .bind(claim.name)
-                    .bind(&claim.fingerprint.0[..])
-                    .bind(ms(claim.lease))
-                    .bind(claim.name)
-                    .bind(&claim.fingerprint.0[..])
-                    .bind(ms(claim.lease))
-                    .execute(pool)
+            let (token, takeover) = retrying(|| async {
+                let mut conn = pool.acquire().await?;
+                claim_on(&sql.claim, &mut conn, claim).await
             })
             .await
             .map_err(|e| my_error("claim", e))?;
-            let token = done.last_insert_id();
             if token != 0 {
                 // The body runs next, on this worker: one yield moves this task out of the
                 // worker's LIFO slot, which other workers cannot steal, so a body that blocks
                 // its thread does not also stop the runtime's I/O and timers.
                 tokio::task::yield_now().await;
-                return Ok(ClaimOutcome::Claimed { token });
+                return Ok(ClaimOutcome::Claimed { token, takeover });
             }
             let row = retrying(|| {
                 sqlx::query(&sql.get)
@@ -394,6 +428,63 @@ impl MysqlStore {
             other => other,
         };
         Ok(done.map_err(|e| my_error("release", e))?.rows_affected() == 1)
+    }
+
+    /// One fenced statement (`key`, `token`): park, abandon.
+    async fn fenced(
+        &self,
+        sql: &str,
+        op: &'static str,
+        key: &Digest,
+        token: u64,
+    ) -> Result<bool, Error> {
+        let done = retrying(|| {
+            sqlx::query(sql)
+                .bind(&key.0[..])
+                .bind(token as i64)
+                .execute(&self.inner.pool)
+        })
+        .await
+        .map_err(|e| my_error(op, e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn resolve_now(&self, key: &Digest, resolution: Resolve<'_>) -> Result<Resolved, Error> {
+        let (status, value, ttl) = match resolution {
+            Resolve::Applied { value, ttl } => (Status::Completed, Some(value), ms(ttl)),
+            Resolve::NotApplied => (Status::Released, None, 0),
+        };
+        let row = retrying(|| async {
+            let mut tx = self.inner.pool.begin().await?;
+            let row = sqlx::query(&self.inner.sql.resolve_select)
+                .bind(&key.0[..])
+                .fetch_optional(&mut *tx)
+                .await?;
+            let mut done = false;
+            if row.is_some() {
+                done = sqlx::query(&self.inner.sql.resolve)
+                    .bind(status.as_i16())
+                    .bind(value)
+                    .bind(ttl)
+                    .bind(&key.0[..])
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+            }
+            tx.commit().await?;
+            Ok((row, done))
+        })
+        .await
+        .map_err(|e| my_error("resolve", e))?;
+        let (row, done) = row;
+        let record = row
+            .map(|row| record_from("resolve", key, &row))
+            .transpose()?;
+        Ok(match record {
+            Some(r) if done => Resolved::Done(r),
+            other => Resolved::NotParked(other),
+        })
     }
 
     async fn force_release_now(&self, key: &Digest) -> Result<Option<Record>, Error> {
@@ -500,5 +591,21 @@ impl Store for MysqlStore {
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.force_release_now(key))
+    }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced(&self.inner.sql.park, "park", key, token))
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced(&self.inner.sql.abandon, "abandon", key, token))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        Box::pin(self.resolve_now(key, resolution))
     }
 }

@@ -13,7 +13,7 @@ use crate::store::BoxFuture;
 use sqlx::MySqlConnection;
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Longest accepted table name part: the derived `<table>_migrations` must stay under MySQL's
 /// 64-character identifier limit.
@@ -49,6 +49,8 @@ pub(crate) struct Table {
     pub(crate) migrations: String,
     /// The expiry index (indexes are named within their table).
     pub(crate) expires_idx: String,
+    /// The index on `keep_until` (what the purge reads).
+    pub(crate) keep_idx: String,
     /// The database given in the name, if any (else the connection's).
     pub(crate) schema: Option<String>,
     /// The table part of the name, unquoted.
@@ -89,6 +91,7 @@ impl Table {
             records: q(table),
             migrations: q(&format!("{table}_migrations")),
             expires_idx: format!("`{table}_expires_idx`"),
+            keep_idx: format!("`{table}_keep_idx`"),
             schema: schema.map(str::to_string),
             name: table.to_string(),
         })
@@ -97,13 +100,14 @@ impl Table {
 
 /// Every migration, in order, for `table`.
 pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
-    vec![Migration {
-        version: 1,
-        description: "idempotency records, with an index on expires_at for the reaper",
-        // Digests are fixed-size binary strings; the name keeps its bytes as given
-        // (`utf8mb4_bin`: operators' filters compare it exactly, as on the other stores).
-        sql: format!(
-            "CREATE TABLE IF NOT EXISTS {records} (\n\
+    vec![
+        Migration {
+            version: 1,
+            description: "idempotency records, with an index on expires_at for the reaper",
+            // Digests are fixed-size binary strings; the name keeps its bytes as given
+            // (`utf8mb4_bin`: operators' filters compare it exactly, as on the other stores).
+            sql: format!(
+                "CREATE TABLE IF NOT EXISTS {records} (\n\
              \x20   `key`         BINARY(32) NOT NULL,\n\
              \x20   `name`        TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
              \x20   `fingerprint` BINARY(32) NOT NULL,\n\
@@ -115,10 +119,32 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
              \x20   PRIMARY KEY (`key`),\n\
              \x20   KEY {idx} (`expires_at`)\n\
              ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-            records = t.records,
-            idx = t.expires_idx,
-        ),
-    }]
+                records = t.records,
+                idx = t.expires_idx,
+            ),
+        },
+        Migration {
+            version: 2,
+            description: "abandoned attempts: attempt numbers, keep_until, released and parked",
+            // Before this version an in-progress row whose lease had ended meant a free key (a
+            // release ended it so): it becomes released, not abandoned, or the first claim after
+            // the upgrade would take over attempts nobody abandoned. The purge goes by
+            // `keep_until` from now on: its index replaces the one on `expires_at`. One ALTER
+            // (atomic); run again after a crash before its version row, it finds its columns and
+            // goes on (`run_ddl`), and the UPDATE is idempotent.
+            sql: format!(
+                "ALTER TABLE {records} ADD COLUMN `attempt` INT NOT NULL DEFAULT 1, \
+             ADD COLUMN `keep_until` BIGINT NOT NULL DEFAULT 0, \
+             ADD KEY {keep_idx} (`keep_until`), DROP KEY {idx};\n\
+             UPDATE {records} SET `keep_until` = GREATEST(`keep_until`, `expires_at`), \
+             `status` = IF(`status` = 0 AND `expires_at` <= {clock}, 2, `status`)",
+                records = t.records,
+                idx = t.expires_idx,
+                keep_idx = t.keep_idx,
+                clock = super::statements::CLOCK,
+            ),
+        },
+    ]
 }
 
 fn store_err(op: &'static str, e: sqlx::Error) -> Error {
@@ -316,8 +342,30 @@ fn run_ddl<'a>(
     sql: &'a str,
 ) -> BoxFuture<'a, Result<(), Error>> {
     Box::pin(async move {
+        for stmt in sql.split(";\n") {
+            run_one(conn, t, stmt).await?;
+        }
+        Ok(())
+    })
+}
+
+/// One statement of [`run_ddl`]. A column or index that exists already (ER_DUP_FIELDNAME,
+/// ER_DUP_KEYNAME, and ER_CANT_DROP_FIELD_OR_KEY for one dropped) means that the migration ran
+/// this ALTER before it could record its version: MySQL commits DDL at once.
+fn run_one<'a>(
+    conn: &'a mut MySqlConnection,
+    t: &'a Table,
+    sql: &'a str,
+) -> BoxFuture<'a, Result<(), Error>> {
+    Box::pin(async move {
         match sqlx::Executor::execute(&mut *conn, sql).await {
             Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db))
+                if sql.starts_with("ALTER TABLE")
+                    && matches!(super::error_number(&*db), 1060 | 1061 | 1091) =>
+            {
+                Ok(())
+            }
             // ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
             Err(sqlx::Error::Database(db)) if matches!(super::error_number(&*db), 1142 | 1044) => {
                 Err(Error::store_kind(

@@ -13,7 +13,7 @@
 //! victim, so only the caller can run it again. Completion and release leave out the lease's
 //! end: here the row lock is the lease.
 
-use super::{claim_exhausted, ms, my_error, record_from, MysqlStore, CLAIM_ATTEMPTS};
+use super::{claim_exhausted, claim_on, ms, my_error, record_from, MysqlStore, CLAIM_ATTEMPTS};
 use crate::error::Error;
 use crate::key::Digest;
 use crate::store::{BoxFuture, Claim, ClaimOutcome, Complete, Executor};
@@ -36,20 +36,11 @@ pub(crate) async fn claim(
     }
     let sql = &store.inner.sql;
     for _ in 0..CLAIM_ATTEMPTS {
-        let done = sqlx::query(&sql.claim)
-            .bind(&claim.key.0[..])
-            .bind(claim.name)
-            .bind(&claim.fingerprint.0[..])
-            .bind(ms(claim.lease))
-            .bind(claim.name)
-            .bind(&claim.fingerprint.0[..])
-            .bind(ms(claim.lease))
-            .execute(&mut *conn)
+        let (token, takeover) = claim_on(&sql.claim, &mut *conn, claim)
             .await
             .map_err(|e| my_error("claim", e))?;
-        let token = done.last_insert_id();
         if token != 0 {
-            return Ok(ClaimOutcome::Claimed { token });
+            return Ok(ClaimOutcome::Claimed { token, takeover });
         }
         let row = sqlx::query(&sql.get_for_update)
             .bind(&claim.key.0[..])
@@ -132,4 +123,35 @@ impl Executor for OnConnection<'_> {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(release(self.store, self.conn, key, token))
     }
+
+    fn park<'a>(&'a mut self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let sql = &self.store.inner.sql.park;
+        Box::pin(fenced(self.conn, sql, "park", key, token))
+    }
+
+    fn abandon<'a>(
+        &'a mut self,
+        key: &'a Digest,
+        token: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let sql = &self.store.inner.sql.abandon;
+        Box::pin(fenced(self.conn, sql, "abandon", key, token))
+    }
+}
+
+/// A fenced step (`park`, `abandon`) on `conn`: `true` when this token held the row.
+async fn fenced(
+    conn: &mut MySqlConnection,
+    sql: &str,
+    op: &'static str,
+    key: &Digest,
+    token: u64,
+) -> Result<bool, Error> {
+    let done = sqlx::query(sql)
+        .bind(&key.0[..])
+        .bind(token as i64)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| my_error(op, e))?;
+    Ok(done.rows_affected() == 1)
 }

@@ -17,6 +17,7 @@ fn key_info(op: &'static str, row: &PgRow) -> Result<KeyInfo, Error> {
     let status: i16 = row.try_get(4).map_err(get)?;
     let token: i64 = row.try_get(3).map_err(get)?;
     let size: Option<i64> = row.try_get(5).map_err(get)?;
+    let attempt: i32 = row.try_get(9).map_err(get)?;
     Ok(KeyInfo {
         key: digest_of(op, "key", row.try_get(0).map_err(get)?)?,
         name: row.try_get(1).map_err(get)?,
@@ -28,6 +29,8 @@ fn key_info(op: &'static str, row: &PgRow) -> Result<KeyInfo, Error> {
         created_at: row.try_get(6).map_err(get)?,
         expires_at: row.try_get(7).map_err(get)?,
         now: row.try_get(8).map_err(get)?,
+        attempt: u32::try_from(attempt).unwrap_or(1),
+        keep_until: row.try_get(10).map_err(get)?,
     })
 }
 
@@ -37,7 +40,8 @@ impl Inspect for PostgresStore {
             let sql = format!(
                 "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
                  SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
-                        octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now, \
+                        e.attempt, e.keep_until \
                    FROM {r} e, clock \
                   WHERE e.expires_at > clock.now AND e.created_at <= clock.now - $1 \
                     AND ($2::text IS NULL OR e.name = $2) \
@@ -62,7 +66,9 @@ impl Inspect for PostgresStore {
             let sql = format!(
                 "WITH clock AS MATERIALIZED (SELECT {CLOCK} AS now) \
                  SELECT e.name, \
-                        (CASE WHEN e.expires_at <= clock.now THEN 2 ELSE e.status END)::bigint, \
+                        (CASE WHEN e.status = 3 THEN 3 WHEN e.expires_at > clock.now THEN e.status \
+                              WHEN e.status = 0 AND e.keep_until >= clock.now THEN 4 \
+                              ELSE 2 END)::bigint, \
                         count(*) \
                    FROM {r} e, clock GROUP BY 1, 2 ORDER BY 1, 2",
                 r = self.inner.table.records
@@ -94,7 +100,8 @@ impl Inspect for PostgresStore {
             // reads its own rows and the rows its filters skip, never those of earlier pages.
             let sql = format!(
                 "SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
-                        octet_length(e.value)::bigint, e.created_at, e.expires_at, {CLOCK} \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, {CLOCK}, \
+                        e.attempt, e.keep_until \
                    FROM {r} e \
                   WHERE e.expires_at >= greatest({CLOCK} + 1, $5) \
                     AND (e.expires_at > $5 OR e.key > $6) \
@@ -139,6 +146,7 @@ impl Inspect for PostgresStore {
                         min(e.created_at) FILTER (WHERE e.expires_at > c.now AND e.status = 0), \
                         count(*) FILTER (WHERE e.expires_at > c.now \
                                            AND e.expires_at <= c.now + $1), \
+                        count(*) FILTER (WHERE e.status = 3), \
                         c.now \
                    FROM {r} e, clock c GROUP BY 1, c.now ORDER BY 1",
                 r = self.inner.table.records
@@ -161,8 +169,9 @@ impl Inspect for PostgresStore {
                     expired: count(3)?,
                     oldest_in_progress: row.try_get(4).map_err(get)?,
                     expiring_soon: count(5)?,
+                    parked: count(6)?,
                 });
-                overview.now = row.try_get(6).map_err(get)?;
+                overview.now = row.try_get(7).map_err(get)?;
             }
             if rows.is_empty() {
                 overview.now = sqlx::query_scalar(&format!("SELECT {CLOCK}"))

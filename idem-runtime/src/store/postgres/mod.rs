@@ -49,7 +49,7 @@ pub use sqlx;
 
 use super::{
     millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Migration, Record,
-    ReleaseFeed, ReleaseHub, SchemaVersion, Status, Store,
+    ReleaseFeed, ReleaseHub, Resolve, Resolved, SchemaVersion, Status, Store, Takeover,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
@@ -176,8 +176,8 @@ fn digest_of(op: &'static str, what: &str, bytes: Vec<u8>) -> Result<Digest, Err
         })
 }
 
-/// Decodes a record from columns `at..at + 8` (name, fingerprint, token, status, value,
-/// created_at, expires_at, now).
+/// Decodes a record from columns `at..at + 10` (name, fingerprint, token, status, value,
+/// created_at, expires_at, attempt, keep_until, now).
 pub(crate) fn record_from(
     op: &'static str,
     key: &Digest,
@@ -196,6 +196,7 @@ pub(crate) fn record_from(
         )
     })?;
     let token: i64 = row.try_get(at + 2).map_err(get_err)?;
+    let attempt: i32 = row.try_get(at + 7).map_err(get_err)?;
     Ok(Record {
         name: row.try_get(at).map_err(get_err)?,
         key: *key,
@@ -205,8 +206,18 @@ pub(crate) fn record_from(
         value: row.try_get(at + 4).map_err(get_err)?,
         created_at: row.try_get(at + 5).map_err(get_err)?,
         expires_at: row.try_get(at + 6).map_err(get_err)?,
-        now: row.try_get(at + 7).map_err(get_err)?,
+        attempt: attempt_of(op, key, attempt)?,
+        keep_until: row.try_get(at + 8).map_err(get_err)?,
+        now: row.try_get(at + 9).map_err(get_err)?,
     })
+}
+
+/// An attempt number from its column: never below 1.
+fn attempt_of(op: &'static str, key: &Digest, attempt: i32) -> Result<u32, Error> {
+    u32::try_from(attempt)
+        .ok()
+        .filter(|a| *a >= 1)
+        .ok_or_else(|| corrupt(op, format!("the record of key {key} has attempt {attempt}")))
 }
 
 /// Runs the claim statement once on `conn` (a pool, or the caller's transaction). `None`:
@@ -225,15 +236,27 @@ where
         .bind(claim.name)
         .bind(&claim.fingerprint.0[..])
         .bind(ms(claim.lease))
+        .bind(ms(claim.lease.max(claim.ttl)))
         .fetch_optional(conn)
         .await
         .map_err(|e| pg_error("claim", e))?;
     let Some(row) = row else { return Ok(None) };
     let claimed: bool = row.try_get(0).map_err(|e| pg_error("claim", e))?;
     if claimed {
-        let token: i64 = row.try_get(3).map_err(|e| pg_error("claim", e))?;
+        let get = |e| pg_error("claim", e);
+        let token: i64 = row.try_get(3).map_err(get)?;
+        let attempt = attempt_of("claim", claim.key, row.try_get(8).map_err(get)?)?;
+        let abandoned_at: Option<i64> = row.try_get(6).map_err(get)?;
+        let takeover = match abandoned_at {
+            Some(abandoned_at) if attempt > 1 => Some(Takeover {
+                attempt,
+                abandoned_at,
+            }),
+            _ => None,
+        };
         return Ok(Some(ClaimOutcome::Claimed {
             token: token as u64,
+            takeover,
         }));
     }
     Ok(Some(ClaimOutcome::Existing(record_from(
@@ -490,6 +513,23 @@ impl PostgresStore {
         Ok(row.is_some())
     }
 
+    /// One fenced statement without a result (`$1` key, `$2` token): park, abandon.
+    async fn fenced(
+        &self,
+        sql: &str,
+        op: &'static str,
+        key: &Digest,
+        token: u64,
+    ) -> Result<bool, Error> {
+        let done = sqlx::query(sql)
+            .bind(&key.0[..])
+            .bind(token as i64)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| pg_error(op, e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn release_now(&self, key: &Digest, token: u64) -> Result<bool, Error> {
         let run = || {
             sqlx::query(&self.inner.sql.release)
@@ -622,6 +662,45 @@ impl Store for PostgresStore {
 
     fn releases(&self) -> Option<ReleaseFeed> {
         self.inner.releases.as_ref().map(ReleaseHub::subscribe)
+    }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced(&self.inner.sql.park, "park", key, token))
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced(&self.inner.sql.abandon, "abandon", key, token))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        Box::pin(async move {
+            let (applied, value, ttl) = match resolution {
+                Resolve::Applied { value, ttl } => (true, Some(value), ms(ttl)),
+                Resolve::NotApplied => (false, None, 0),
+            };
+            let row = sqlx::query(&self.inner.sql.resolve)
+                .bind(&key.0[..])
+                .bind(applied)
+                .bind(value)
+                .bind(ttl)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| pg_error("resolve", e))?;
+            let Some(row) = row else {
+                return Ok(Resolved::NotParked(None));
+            };
+            let record = record_from("resolve", key, &row, 0)?;
+            let done: bool = row.try_get(10).map_err(|e| pg_error("resolve", e))?;
+            Ok(if done {
+                Resolved::Done(record)
+            } else {
+                Resolved::NotParked(Some(record))
+            })
+        })
     }
 
     fn force_release<'a>(

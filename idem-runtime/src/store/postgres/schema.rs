@@ -12,7 +12,7 @@ use crate::store::{BoxFuture, Migration, SchemaVersion};
 use sqlx::{Connection, PgConnection, Row};
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: SchemaVersion = 3;
+pub const SCHEMA_VERSION: SchemaVersion = 4;
 
 /// The advisory lock class for idem migrations (the object id is `hashtext(table)`).
 const LOCK_CLASS: i32 = 0x1de3;
@@ -32,6 +32,8 @@ pub(crate) struct Table {
     pub(crate) migrations: String,
     /// The expiry index, unqualified (indexes live in their table's schema).
     pub(crate) expires_idx: String,
+    /// The index on `keep_until` (what the purge reads), unqualified.
+    pub(crate) keep_idx: String,
     /// The NOTIFY channel (a plain string, passed to `pg_notify` as a bound parameter).
     pub(crate) channel: String,
     /// The channel operators' releases are announced on (`Store::releases`).
@@ -74,6 +76,7 @@ impl Table {
             records: q(table),
             migrations: q(&format!("{table}_migrations")),
             expires_idx: format!("\"{table}_expires_idx\""),
+            keep_idx: format!("\"{table}_keep_idx\""),
             channel: format!("idem_{table}"),
             released_channel: format!("idem_{table}_released"),
             schema: schema.map(str::to_string),
@@ -118,6 +121,25 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
             sql: format!(
                 "ALTER TABLE {records} ADD COLUMN IF NOT EXISTS waiters boolean NOT NULL DEFAULT FALSE",
                 records = t.records
+            ),
+        },
+        Migration {
+            version: 4,
+            description: "abandoned attempts: attempt numbers, keep_until, released and parked",
+            // Before this version an in-progress row whose lease had ended meant a free key (a
+            // release ended it so): it becomes released, not abandoned, or the first claim
+            // after the upgrade would take over attempts nobody abandoned. The purge goes by
+            // `keep_until` from now on, through an index of its own; the one on `expires_at`
+            // stays for the operators' pages, which list live records in expiry order.
+            sql: format!(
+                "ALTER TABLE {records} ADD COLUMN IF NOT EXISTS attempt integer NOT NULL DEFAULT 1;\n\
+                 ALTER TABLE {records} ADD COLUMN IF NOT EXISTS keep_until bigint NOT NULL DEFAULT 0;\n\
+                 UPDATE {records} SET keep_until = expires_at, status = CASE WHEN status = 0 AND \
+                 expires_at <= {clock} THEN 2 ELSE status END;\n\
+                 CREATE INDEX IF NOT EXISTS {keep_idx} ON {records} (keep_until)",
+                records = t.records,
+                clock = super::CLOCK,
+                keep_idx = t.keep_idx,
             ),
         },
     ]

@@ -105,4 +105,35 @@ impl Executor for OnConnection<'_> {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(release(self.store, self.conn, key, token))
     }
+
+    fn park<'a>(&'a mut self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let sql = &self.store.inner.sql.park;
+        Box::pin(fenced(self.conn, sql, "park", key, token))
+    }
+
+    fn abandon<'a>(
+        &'a mut self,
+        key: &'a Digest,
+        token: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let sql = &self.store.inner.sql.abandon;
+        Box::pin(fenced(self.conn, sql, "abandon", key, token))
+    }
+}
+
+/// A fenced step (`park`, `abandon`) on `conn`: `true` when this token held the row.
+async fn fenced(
+    conn: &mut PgConnection,
+    sql: &str,
+    op: &'static str,
+    key: &Digest,
+    token: u64,
+) -> Result<bool, Error> {
+    let done = sqlx::query(sql)
+        .bind(&key.0[..])
+        .bind(token as i64)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| pg_error(op, e))?;
+    Ok(done.rows_affected() == 1)
 }

@@ -2,8 +2,8 @@
 -- idem complete. KEYS[1] = record hash; ARGV = token, value, ttl_ms.
 -- Returns 1 when this token held the record (in progress with it, live; protocol::holds) and
 -- it is now completed (kept until now + ttl), 2 when it is already completed with this token
--- (this call retried after a lost reply), 0 otherwise (taken over, released, lapsed): nothing
--- changed.
+-- (this call retried after a lost reply), 0 otherwise (taken over, released, lapsed, parked):
+-- nothing changed.
 local key = KEYS[1]
 local cur = redis.call('HMGET', key, 'status', 'token', 'waiters', 'expires_at')
 if cur[2] ~= ARGV[1] then return 0 end
@@ -13,7 +13,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not (now < tonumber(cur[4])) then return 0 end
 local exp = string.format('%.0f', now + tonumber(ARGV[3]))
-redis.call('HSET', key, 'status', '1', 'value', ARGV[2], 'expires_at', exp)
+redis.call('HSET', key, 'status', '1', 'value', ARGV[2], 'expires_at', exp, 'keep_until', exp)
+-- A completed record expires natively at its end: the claim's one-read replay relies on it.
 redis.call('PEXPIREAT', key, exp)
 -- Only when a waiter marked the record (mark.lua): PUBLISH is a call of its own.
 if cur[3] then redis.call('PUBLISH', key, 'completed') end

@@ -3,7 +3,7 @@
 //! `HMGET` + `HSTRLEN` per batch, never a `KEYS` that would block the server. The server's
 //! clock (`TIME`) decides what is live, as in the scripts. Values themselves are not read.
 
-use super::{as_bytes, as_i64, as_u64, store_err, RedisStore};
+use super::{as_bytes, as_i64, as_u64, status_of, store_err, RedisStore};
 use crate::error::Error;
 use crate::key::Digest;
 use crate::store::{
@@ -63,6 +63,8 @@ impl RedisStore {
                             "name",
                             "created_at",
                             "expires_at",
+                            "attempt",
+                            "keep_until",
                         ]);
                         pipe.cmd("HSTRLEN").arg(k).arg("value");
                     }
@@ -94,11 +96,8 @@ impl RedisStore {
         let Value::Array(f) = reply.first()? else {
             return None;
         };
-        let status = match as_bytes(f.first()?)? {
-            b"0" => Status::InProgress,
-            b"1" => Status::Completed,
-            _ => return None,
-        };
+        let status = status_of(f.first()?)?;
+        let expires_at = as_i64(f.get(5)?)?;
         let size = match reply.get(1) {
             Some(Value::Int(n)) => u64::try_from(*n).ok(),
             _ => None,
@@ -111,7 +110,16 @@ impl RedisStore {
             status,
             value_size: size.filter(|_| status == Status::Completed),
             created_at: as_i64(f.get(4)?)?,
-            expires_at: as_i64(f.get(5)?)?,
+            expires_at,
+            // Records written before these fields: attempt 1, kept until their end.
+            attempt: match f.get(6)? {
+                Value::Nil => 1,
+                v => u32::try_from(as_u64(v)?).ok()?,
+            },
+            keep_until: match f.get(7)? {
+                Value::Nil => expires_at,
+                v => as_i64(v)?,
+            },
             now,
         })
     }
@@ -135,7 +143,7 @@ impl Inspect for RedisStore {
         Box::pin(async move {
             let mut states = Vec::new();
             self.scan_records("stats", |info| {
-                let state = State::of(info.status, info.expires_at, info.now);
+                let state = State::of(info.status, info.expires_at, info.keep_until, info.now);
                 states.push((info.name, state));
             })
             .await?;

@@ -21,12 +21,15 @@
 //!
 //! | field | content |
 //! |---|---|
-//! | `status` | `0` in progress, `1` completed, `2` ended (released or force-released: kept for its token, see below) |
+//! | `status` | `0` in progress, `1` completed, `2` ended (released or force-released: kept for its token, see below), `3` parked (no expiry: kept until resolved) |
 //! | `token` | the fencing token, decimal |
 //! | `fingerprint` | the 32 raw bytes of the fingerprint digest |
 //! | `value` | the stored result, raw bytes (completed records only) |
 //! | `name` | the namespace |
 //! | `created_at`, `expires_at` | ms since the Unix epoch on the server's clock, decimal |
+//! | `attempt` | the attempt number, decimal (absent in records written before it: 1) |
+//! | `keep_until` | until when the record is kept, ms (absent in records written before it: `expires_at`, and a lapsed one is then released, not abandoned) |
+//! | `abandoned_at` | the `created_at` of the abandoned attempt this claim took over (takeovers only) |
 //! | `nonce` | 16 random bytes naming the attempt that claimed it (see below) |
 //! | `waiters` | `1` once a waiter asked to be told (absent otherwise) |
 //!
@@ -42,9 +45,11 @@
 //!
 //! Every script reads the server's clock with `TIME` (allowed in scripts since Redis 5, whose
 //! effects replication is the default), so processes with skewed clocks agree. The liveness rule
-//! is applied on the `expires_at` field, and the key also gets the native expiry `PEXPIREAT
-//! expires_at`: an in-progress record vanishes at the end of its lease, a completed one at the
-//! end of its TTL, without any sweeper. [`Store::purge_expired`] therefore has nothing to do and
+//! is applied on the `expires_at` field, and the key also gets a native expiry: a completed
+//! record vanishes at the end of its TTL (`PEXPIREAT expires_at`); an in-progress one is kept
+//! until `keep_until` and [`crate::protocol::KEEP_ENDED`] past it (`keep_until = now +
+//! max(lease, ttl)`), so that an attempt whose lease lapsed is still found abandoned by the next
+//! claim; a parked one has no expiry (`PERSIST`). There is no sweeper. [`Store::purge_expired`] therefore has nothing to do and
 //! returns 0. Because the native expiry and `expires_at` are the same instant on the same clock,
 //! a completed record that a claim can still read is live: a replay is one `HMGET`, without
 //! `TIME` (each `redis.call` costs a script about as much as the read itself).
@@ -81,7 +86,7 @@ pub use options::RedisOptions;
 
 use super::{
     millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Record, ReleaseFeed, ReleaseHub,
-    Status, Store,
+    Resolve, Resolved, Status, Store, Takeover,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
@@ -223,12 +228,14 @@ impl RedisStore {
     async fn do_claim(&self, c: Claim<'_>) -> Result<ClaimOutcome, Error> {
         let key = self.redis_key(c.key);
         let lease = duration_ms(c.lease).to_string();
+        let keep = duration_ms(c.lease.max(c.ttl)).to_string();
         let nonce = nonce();
-        let args: [&[u8]; 4] = [
+        let args: [&[u8]; 5] = [
             c.name.as_bytes(),
             c.fingerprint.as_bytes(),
             lease.as_bytes(),
             &nonce,
+            keep.as_bytes(),
         ];
         let (v, _) = self.run("claim", &self.scripts.claim, &key, &args).await?;
         let Value::Array(items) = v else {
@@ -240,8 +247,21 @@ impl RedisStore {
                     .get(1)
                     .and_then(as_u64)
                     .ok_or_else(|| corrupt("claim", "token"))?;
+                let attempt = match items.get(2) {
+                    None | Some(Value::Nil) => 1,
+                    Some(v) => as_u64(v)
+                        .and_then(|a| u32::try_from(a).ok())
+                        .ok_or_else(|| corrupt("claim", "attempt"))?,
+                };
+                let takeover = match items.get(3) {
+                    None | Some(Value::Nil) => None,
+                    Some(v) => Some(Takeover {
+                        attempt,
+                        abandoned_at: as_i64(v).ok_or_else(|| corrupt("claim", "abandoned_at"))?,
+                    }),
+                };
                 self.claim_replicated(&key, c.key, token).await?;
-                Ok(ClaimOutcome::Claimed { token })
+                Ok(ClaimOutcome::Claimed { token, takeover })
             }
             Some(Value::Int(0)) => Ok(ClaimOutcome::Existing(parse_record(
                 "claim",
@@ -345,6 +365,45 @@ impl RedisStore {
         Ok(matches!(v, Value::Int(1)))
     }
 
+    /// A fenced script that answers 1 or 0 (`ARGV` = token): park, abandon.
+    async fn fenced(
+        &self,
+        op: &'static str,
+        script: &Script,
+        key: &Digest,
+        token: u64,
+    ) -> Result<bool, Error> {
+        let key = self.redis_key(key);
+        let token = token.to_string();
+        let (v, _) = self.run(op, script, &key, &[token.as_bytes()]).await?;
+        Ok(matches!(v, Value::Int(1)))
+    }
+
+    async fn do_resolve(&self, key: &Digest, resolution: Resolve<'_>) -> Result<Resolved, Error> {
+        let rkey = self.redis_key(key);
+        let (applied, value, ttl) = match resolution {
+            Resolve::Applied { value, ttl } => ("1", value, duration_ms(ttl).to_string()),
+            Resolve::NotApplied => ("0", &[][..], "0".to_string()),
+        };
+        let args: [&[u8]; 3] = [applied.as_bytes(), value, ttl.as_bytes()];
+        let (v, _) = self
+            .run("resolve", &self.scripts.resolve, &rkey, &args)
+            .await?;
+        let Value::Array(items) = v else {
+            return Err(corrupt("resolve", "not an array"));
+        };
+        let record = match items.get(1) {
+            None => None,
+            Some(Value::Array(fields)) => Some(parse_record("resolve", *key, fields)?),
+            Some(_) => return Err(corrupt("resolve", "not a record")),
+        };
+        Ok(match (items.first(), record) {
+            (Some(Value::Int(1)), Some(r)) => Resolved::Done(r),
+            (Some(Value::Int(0)), r) => Resolved::NotParked(r),
+            _ => return Err(corrupt("resolve", "unknown tag")),
+        })
+    }
+
     async fn do_renew(&self, key: &Digest, token: u64, lease: Duration) -> Result<bool, Error> {
         let key = self.redis_key(key);
         let token = token.to_string();
@@ -402,17 +461,25 @@ fn as_i64(v: &Value) -> Option<i64> {
     }
 }
 
-/// `{status, token, fingerprint, value, name, created_at, expires_at, now}` (`now` nil only
-/// for a completed record found by a claim).
-fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Error> {
-    if f.len() != 8 {
-        return Err(corrupt(op, "a record has 8 fields"));
+/// A record's `status` field.
+fn status_of(v: &Value) -> Option<Status> {
+    match as_bytes(v)? {
+        b"0" => Some(Status::InProgress),
+        b"1" => Some(Status::Completed),
+        b"2" => Some(Status::Released),
+        b"3" => Some(Status::Parked),
+        _ => None,
     }
-    let status = match as_bytes(&f[0]) {
-        Some(b"0") => Status::InProgress,
-        Some(b"1") => Status::Completed,
-        _ => return Err(corrupt(op, "status")),
-    };
+}
+
+/// `{status, token, fingerprint, value, name, created_at, expires_at, now, attempt,
+/// keep_until}` (`now` nil only for a completed or parked record found by a claim; `attempt`
+/// and `keep_until` nil in a record written before they existed: 1 and `expires_at`).
+fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Error> {
+    if f.len() != 10 {
+        return Err(corrupt(op, "a record has 10 fields"));
+    }
+    let status = status_of(&f[0]).ok_or_else(|| corrupt(op, "status"))?;
     let value = match &f[3] {
         Value::Nil => None,
         v => Some(as_bytes(v).ok_or_else(|| corrupt(op, "value"))?.to_vec()),
@@ -432,19 +499,30 @@ fn parse_record(op: &'static str, key: Digest, f: &[Value]) -> Result<Record, Er
         status,
         value,
         now: match (&f[7], status) {
-            // The claim script skips TIME for a completed record (the key's native expiry
-            // already proves it live) and nothing decides on `now` for one: this process's
-            // clock, kept inside the record's life, stands in.
-            (Value::Nil, Status::Completed) => super::local_now_ms()
+            // The claim script skips TIME for a completed or parked record (the key's native
+            // expiry, or its having none, already proves it live) and nothing decides on `now`
+            // for one: this process's clock, kept inside the record's life, stands in.
+            (Value::Nil, Status::Completed | Status::Parked) => super::local_now_ms()
                 .clamp(created_at, expires_at.saturating_sub(1).max(created_at)),
             (v, _) => as_i64(v).ok_or_else(|| corrupt(op, "now"))?,
+        },
+        attempt: match &f[8] {
+            Value::Nil => 1,
+            v => as_u64(v)
+                .and_then(|a| u32::try_from(a).ok())
+                .filter(|a| *a >= 1)
+                .ok_or_else(|| corrupt(op, "attempt"))?,
+        },
+        keep_until: match &f[9] {
+            Value::Nil => expires_at,
+            v => as_i64(v).ok_or_else(|| corrupt(op, "keep_until"))?,
         },
         created_at,
         expires_at,
     })
 }
 
-/// Parses a `get` or `force_release` script's reply (the array of a live record's 8 fields)
+/// Parses a `get` or `force_release` script's reply (the array of a live record's 10 fields)
 /// into the record of `key`, as the store does (the `record_decoding` fuzz target's entry
 /// point; never panics: a reply that is not a record is [`Error::Store`], kind corrupt).
 #[cfg(feature = "testkit")]
@@ -522,5 +600,21 @@ impl Store for RedisStore {
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.read("force_release", &self.scripts.force_release, key))
+    }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced("park", &self.scripts.park, key, token))
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.fenced("abandon", &self.scripts.abandon, key, token))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        Box::pin(self.do_resolve(key, resolution))
     }
 }

@@ -10,6 +10,9 @@ const RENEW_LUA: &str = include_str!("renew.lua");
 const GET_LUA: &str = include_str!("get.lua");
 const FORCE_RELEASE_LUA: &str = include_str!("force_release.lua");
 const MARK_LUA: &str = include_str!("mark.lua");
+const PARK_LUA: &str = include_str!("park.lua");
+const ABANDON_LUA: &str = include_str!("abandon.lua");
+const RESOLVE_LUA: &str = include_str!("resolve.lua");
 
 /// How the scripts tell waiters that a record changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +24,7 @@ pub(super) enum Publish {
     ShardChannel,
 }
 
-/// The seven scripts, hashed once; `EVALSHA` with a `SCRIPT LOAD` fallback on `NOSCRIPT` (after a
+/// The ten scripts, hashed once; `EVALSHA` with a `SCRIPT LOAD` fallback on `NOSCRIPT` (after a
 /// server restart or `SCRIPT FLUSH`).
 pub(super) struct Scripts {
     pub(super) claim: Script,
@@ -31,8 +34,11 @@ pub(super) struct Scripts {
     pub(super) get: Script,
     pub(super) force_release: Script,
     pub(super) mark: Script,
+    pub(super) park: Script,
+    pub(super) abandon: Script,
+    pub(super) resolve: Script,
     /// The source of each, for `SCRIPT LOAD` at open.
-    pub(super) sources: [String; 7],
+    pub(super) sources: [String; 10],
 }
 
 impl Scripts {
@@ -56,9 +62,12 @@ impl Scripts {
             GET_LUA,
             FORCE_RELEASE_LUA,
             MARK_LUA,
+            PARK_LUA,
+            ABANDON_LUA,
+            RESOLVE_LUA,
         ]
         .map(source);
-        let [claim, complete, release, renew, get, force_release, mark] =
+        let [claim, complete, release, renew, get, force_release, mark, park, abandon, resolve] =
             sources.each_ref().map(|code| Script::new(code));
         Scripts {
             claim,
@@ -68,6 +77,9 @@ impl Scripts {
             get,
             force_release,
             mark,
+            park,
+            abandon,
+            resolve,
             sources,
         }
     }
@@ -86,8 +98,8 @@ mod tests {
             .iter()
             .filter(|s| s.contains("redis.call('PUBLISH'"))
             .count();
-        // complete, release and force_release announce a change.
-        assert_eq!(publishing, 3);
+        // complete, release, force_release, park and abandon announce a change.
+        assert_eq!(publishing, 5);
         for (s, c) in server.sources.iter().zip(&cluster.sources) {
             assert!(
                 !c.contains("'PUBLISH'") && !c.contains("\"PUBLISH\""),
@@ -104,7 +116,7 @@ mod tests {
             "redis.call('PEXPIRE', key, {})",
             crate::protocol::KEEP_ENDED.as_millis()
         );
-        for script in [RELEASE_LUA, FORCE_RELEASE_LUA] {
+        for script in [RELEASE_LUA, FORCE_RELEASE_LUA, RESOLVE_LUA] {
             assert!(script.contains(&keep), "{script}");
         }
     }

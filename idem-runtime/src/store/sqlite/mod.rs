@@ -20,8 +20,8 @@ pub use options::SqliteOptions;
 pub use schema::SCHEMA_VERSION;
 
 use super::{
-    local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete, Migrated, Migration,
-    Record, Status, Store,
+    claim_keep_until, local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete,
+    Migrated, Migration, Record, Resolve, Resolved, Status, Store,
 };
 use crate::error::{Error, StoreErrorKind};
 use crate::key::Digest;
@@ -36,7 +36,8 @@ const BACKEND: Backend = Backend::Sqlite;
 const PURGE_CHUNK: u64 = 100;
 /// The longest pause between two purge statements.
 const PURGE_MAX_PAUSE: Duration = Duration::from_millis(20);
-const COLUMNS: &str = "name, fingerprint, token, status, value, created_at, expires_at";
+const COLUMNS: &str =
+    "name, fingerprint, token, status, value, created_at, expires_at, attempt, keep_until";
 
 /// The SQLite store behind [`crate::Idem::sqlite`].
 #[derive(Debug)]
@@ -55,10 +56,14 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Statements {
     select: String,
+    select_any: String,
     claim: String,
     complete: String,
     release: String,
     renew: String,
+    park: String,
+    abandon: String,
+    resolve: String,
     purge: String,
     force_release: String,
     list: String,
@@ -69,56 +74,81 @@ impl Statements {
     fn new(t: &str) -> Self {
         Statements {
             select: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1 AND expires_at > ?2"),
-            // The token is `protocol::next_token`: max(previous + 1, now in µs).
+            select_any: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1"),
+            // The token is `protocol::next_token`: max(previous + 1, now in µs). The row it
+            // replaces is the one the claim read just before (`?8`, its token, NULL for none),
+            // whose attempt number (`?9`) the claim worked out: a row changed in between is
+            // read again.
             claim: format!(
-                "INSERT INTO {t} (key, name, fingerprint, token, status, value, created_at, expires_at) \
-                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6) \
+                "INSERT INTO {t} (key, name, fingerprint, token, status, value, created_at, \
+                 expires_at, attempt, keep_until) \
+                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6, ?9, ?7) \
                  ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
                  fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
                  status = 0, value = NULL, created_at = excluded.created_at, \
-                 expires_at = excluded.expires_at \
-                 WHERE {t}.expires_at <= excluded.created_at \
+                 expires_at = excluded.expires_at, attempt = excluded.attempt, \
+                 keep_until = excluded.keep_until \
+                 WHERE {t}.expires_at <= excluded.created_at AND {t}.token IS ?8 \
                  RETURNING token"
             ),
             // The fenced steps: `?1` key, `?2` token, `?3` now, then the step's own. The token
             // holds while the row is in progress with it and live (`protocol::holds`).
             complete: format!(
-                "UPDATE {t} SET status = 1, value = ?4, expires_at = ?5 \
+                "UPDATE {t} SET status = 1, value = ?4, expires_at = ?5, keep_until = ?5 \
                  WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
             ),
             // A release ends the row (`protocol::ended_at`) rather than deleting it: its token
-            // stays for the next claim to pass.
+            // stays for the next claim to pass, and its status says it was not abandoned.
             release: format!(
-                "UPDATE {t} SET expires_at = ?4 \
+                "UPDATE {t} SET status = 2, expires_at = ?4, keep_until = ?4 \
                  WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
             ),
             renew: format!(
+                "UPDATE {t} SET expires_at = ?4, keep_until = max(keep_until, ?4) \
+                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
+            ),
+            park: format!(
+                "UPDATE {t} SET status = 3, expires_at = ?4, keep_until = ?4 \
+                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
+            ),
+            // The lease ends now; `keep_until` stays, so the next claim finds it abandoned.
+            abandon: format!(
                 "UPDATE {t} SET expires_at = ?4 \
                  WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
             ),
-            // Strictly before now (`protocol::may_forget`): a row that ended this millisecond
-            // keeps its token for claims in it.
+            // The parked row read just before (`?2` its token), if still parked: `?3` the new
+            // status, `?4` the value, `?5` the new end.
+            resolve: format!(
+                "UPDATE {t} SET status = ?3, value = ?4, expires_at = ?5, keep_until = ?5 \
+                 WHERE key = ?1 AND token = ?2 AND status = 3"
+            ),
+            // Strictly before now (`protocol::may_forget` of `keep_until`): a row that ended
+            // this millisecond keeps its token for claims in it, an abandoned one stays as long
+            // as its claim asked. The `expires_at` condition never lets a live row go, whatever
+            // wrote it.
             purge: format!(
                 "DELETE FROM {t} WHERE key IN \
-                 (SELECT key FROM {t} WHERE expires_at < ?1 LIMIT ?2)"
+                 (SELECT key FROM {t} WHERE keep_until < ?1 AND expires_at < ?1 LIMIT ?2)"
             ),
             // Ends the row read just before if it is still that row (`?1` key, `?2` the end,
             // `?3` token, `?4` status, `?5` expires_at): SQLite's RETURNING shows the row after
             // the change, and the operator is shown the record as it was.
             force_release: format!(
-                "UPDATE {t} SET expires_at = ?2 \
+                "UPDATE {t} SET status = 2, expires_at = ?2, keep_until = ?2 \
                  WHERE key = ?1 AND token = ?3 AND status = ?4 AND expires_at = ?5"
             ),
             // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
             // value itself is left out (it may be large); its length is what a listing shows.
             list: format!(
                 "SELECT key, name, fingerprint, token, status, NULL AS value, \
-                 length(value) AS size, created_at, expires_at FROM {t} \
+                 length(value) AS size, created_at, expires_at, attempt, keep_until FROM {t} \
                  WHERE expires_at > ?1 AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
                  AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
             ),
+            // The codes of `State::from_code`.
             stats: format!(
-                "SELECT name, CASE WHEN expires_at <= ?1 THEN 2 ELSE status END AS state, \
+                "SELECT name, CASE WHEN status = 3 THEN 3 WHEN expires_at > ?1 THEN status \
+                 WHEN status = 0 AND keep_until >= ?1 THEN 4 ELSE 2 END AS state, \
                  count(*) AS n FROM {t} GROUP BY name, state ORDER BY name, state"
             ),
         }
@@ -349,12 +379,24 @@ impl SqliteStore {
     }
 
     async fn claim_now(&self, c: Claim<'_>) -> Result<ClaimOutcome, Error> {
-        // A live row is found with one read; only a free key takes a write.
+        // A live row is found with one read; only a free key takes a write, which replaces
+        // the row read (if it is still that row) and knows from it whether it takes over an
+        // abandoned attempt.
         loop {
             let now = local_now_ms();
-            if let Some(r) = self.select(c.key, now).await? {
-                return Ok(ClaimOutcome::Existing(r));
+            let row = sqlx::query(&self.sql.select_any)
+                .bind(c.key.as_bytes())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("read"))?;
+            let old = row.map(|r| record(c.key, &r, now)).transpose()?;
+            if let Some(r) = old
+                .as_ref()
+                .filter(|r| crate::protocol::is_live(r.expires_at, now))
+            {
+                return Ok(ClaimOutcome::Existing(r.clone()));
             }
+            let takeover = old.as_ref().and_then(crate::protocol::takeover_of);
             let token: Option<i64> = sqlx::query_scalar(&self.sql.claim)
                 .bind(c.key.as_bytes())
                 .bind(c.name)
@@ -362,15 +404,50 @@ impl SqliteStore {
                 .bind(crate::protocol::next_token(None, now) as i64)
                 .bind(now)
                 .bind(now.saturating_add(millis(c.lease)))
+                .bind(claim_keep_until(now, &c))
+                .bind(old.as_ref().map(|r| r.token as i64))
+                .bind(i64::from(takeover.map_or(1, |t| t.attempt)))
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(err("claim"))?;
             if let Some(token) = token {
                 return Ok(ClaimOutcome::Claimed {
                     token: token as u64,
+                    takeover,
                 });
             }
             // Another attempt claimed it between the read and the upsert: read its row.
+        }
+    }
+
+    async fn resolve_now(&self, key: &Digest, resolution: Resolve<'_>) -> Result<Resolved, Error> {
+        // Read the live record, then resolve it if it is still that parked record.
+        loop {
+            let now = local_now_ms();
+            let r = match self.select(key, now).await? {
+                Some(r) if r.status == Status::Parked => r,
+                other => return Ok(Resolved::NotParked(other)),
+            };
+            let (status, value, end) = match resolution {
+                Resolve::Applied { value, ttl } => (
+                    Status::Completed,
+                    Some(value),
+                    now.saturating_add(millis(ttl)),
+                ),
+                Resolve::NotApplied => (Status::Released, None, crate::protocol::ended_at(now)),
+            };
+            let done = sqlx::query(&self.sql.resolve)
+                .bind(key.as_bytes())
+                .bind(r.token as i64)
+                .bind(i64::from(status.as_i16()))
+                .bind(value)
+                .bind(end)
+                .execute(&self.pool)
+                .await
+                .map_err(err("resolve"))?;
+            if done.rows_affected() == 1 {
+                return Ok(Resolved::Done(r));
+            }
         }
     }
 
@@ -416,6 +493,7 @@ fn record(key: &Digest, r: &SqliteRow, now: i64) -> Result<Record, Error> {
     let fingerprint: Vec<u8> = r.try_get("fingerprint").map_err(get)?;
     let status: i64 = r.try_get("status").map_err(get)?;
     let token: i64 = r.try_get("token").map_err(get)?;
+    let attempt: i64 = r.try_get("attempt").map_err(get)?;
     Ok(Record {
         name: r.try_get("name").map_err(get)?,
         key: *key,
@@ -425,6 +503,8 @@ fn record(key: &Digest, r: &SqliteRow, now: i64) -> Result<Record, Error> {
         value: r.try_get("value").map_err(get)?,
         created_at: r.try_get("created_at").map_err(get)?,
         expires_at: r.try_get("expires_at").map_err(get)?,
+        attempt: u32::try_from(attempt).map_err(|_| corrupt("attempt"))?,
+        keep_until: r.try_get("keep_until").map_err(get)?,
         now,
     })
 }
@@ -482,6 +562,38 @@ impl Store for SqliteStore {
 
     fn get<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.select(key, local_now_ms()))
+    }
+
+    fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let now = local_now_ms();
+        Box::pin(self.fenced(
+            &self.sql.park,
+            "park",
+            key,
+            token,
+            now,
+            Extra::ExpiresAt(i64::MAX),
+        ))
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {
+        let now = local_now_ms();
+        Box::pin(self.fenced(
+            &self.sql.abandon,
+            "abandon",
+            key,
+            token,
+            now,
+            Extra::ExpiresAt(crate::protocol::ended_at(now)),
+        ))
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        key: &'a Digest,
+        resolution: Resolve<'a>,
+    ) -> BoxFuture<'a, Result<Resolved, Error>> {
+        Box::pin(self.resolve_now(key, resolution))
     }
 
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {

@@ -13,24 +13,43 @@ use crate::store::{BoxFuture, Migration, SchemaVersion};
 use sqlx::SqliteConnection;
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: SchemaVersion = 1;
+pub const SCHEMA_VERSION: SchemaVersion = 2;
 
 /// The default table of idem 0.1, kept by the files it wrote.
 pub(super) const LEGACY_TABLE: &str = "idem_keys";
 
 /// Every migration, in order, for table `t`.
 pub(crate) fn migrations(t: &str) -> Vec<Migration> {
-    vec![Migration {
-        version: 1,
-        description: "idempotency records and the expiry index",
-        sql: format!(
-            "CREATE TABLE IF NOT EXISTS {t} (\
+    vec![
+        Migration {
+            version: 1,
+            description: "idempotency records and the expiry index",
+            sql: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
              key BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, fingerprint BLOB NOT NULL, \
              token INTEGER NOT NULL, status INTEGER NOT NULL, value BLOB, \
              created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;\n\
              CREATE INDEX IF NOT EXISTS {t}_expires ON {t} (expires_at)"
-        ),
-    }]
+            ),
+        },
+        Migration {
+            version: 2,
+            description: "abandoned attempts: attempt numbers, keep_until, released and parked",
+            // Before this version an in-progress row whose lease had ended meant a free key (a
+            // release ended it so): it becomes released, not abandoned, or the first claim after
+            // the upgrade would take over attempts nobody abandoned. The purge goes by
+            // `keep_until` from now on, so its index replaces the one on `expires_at`.
+            sql: format!(
+                "ALTER TABLE {t} ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;\n\
+             ALTER TABLE {t} ADD COLUMN keep_until INTEGER NOT NULL DEFAULT 0;\n\
+             UPDATE {t} SET keep_until = expires_at, status = CASE WHEN status = 0 AND \
+             expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
+             THEN 2 ELSE status END;\n\
+             CREATE INDEX IF NOT EXISTS {t}_keep ON {t} (keep_until);\n\
+             DROP INDEX IF EXISTS {t}_expires"
+            ),
+        },
+    ]
 }
 
 // The helpers taking a connection return boxed futures: as plain `async fn`s over

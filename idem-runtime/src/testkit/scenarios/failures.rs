@@ -141,8 +141,9 @@ pub async fn store_steps_are_fenced(idem: Idem) {
         key: &key,
         fingerprint: &fp,
         lease: Duration::from_millis(200),
+        ttl: Duration::ZERO,
     };
-    let ClaimOutcome::Claimed { token: t1 } = store.claim(claim).await.unwrap() else {
+    let ClaimOutcome::Claimed { token: t1, .. } = store.claim(claim).await.unwrap() else {
         panic!("first claim must succeed")
     };
     match store.claim(claim).await.unwrap() {
@@ -160,7 +161,7 @@ pub async fn store_steps_are_fenced(idem: Idem) {
         .await
         .unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let ClaimOutcome::Claimed { token: t2 } = store.claim(claim).await.unwrap() else {
+    let ClaimOutcome::Claimed { token: t2, .. } = store.claim(claim).await.unwrap() else {
         panic!("a lapsed claim must be taken over")
     };
     assert!(t2 > t1, "tokens must grow: {t1} then {t2}");
@@ -224,10 +225,11 @@ pub async fn released_tokens_are_never_reused(idem: Idem) {
         key: &key,
         fingerprint: &fp,
         lease: Duration::from_secs(60),
+        ttl: Duration::ZERO,
     };
     let claimed = || async {
         match store.claim(claim).await.unwrap() {
-            ClaimOutcome::Claimed { token } => token,
+            ClaimOutcome::Claimed { token, .. } => token,
             other => panic!("the key was released: the claim must win, got {other:?}"),
         }
     };

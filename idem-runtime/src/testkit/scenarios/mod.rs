@@ -7,15 +7,19 @@ use crate::{Call, Idem, KeepErrors, Outcome};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod abandoned;
 mod calls;
 mod failures;
 mod operators;
 mod steps;
+mod takeovers;
 
+pub use abandoned::*;
 pub use calls::*;
 pub use failures::*;
 pub use operators::*;
 pub use steps::*;
+pub use takeovers::*;
 
 async fn charge(
     idem: &Idem,

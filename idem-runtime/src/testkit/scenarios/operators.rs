@@ -190,12 +190,13 @@ pub async fn copied_values_do_not_decrypt_under_another_key(idem: Idem) {
     let other = unique("copied-elsewhere");
     for (ns, key) in [(name.as_str(), "b"), (other.as_str(), "a")] {
         let to = digest(ns, key);
-        let ClaimOutcome::Claimed { token } = store
+        let ClaimOutcome::Claimed { token, .. } = store
             .claim(Claim {
                 name: ns,
                 key: &to,
                 fingerprint: &fingerprint(key),
                 lease: Duration::from_secs(30),
+                ttl: Duration::ZERO,
             })
             .await
             .unwrap()
