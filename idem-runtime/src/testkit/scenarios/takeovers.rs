@@ -6,10 +6,10 @@
 use super::*;
 use crate::{recovery, OnAbandoned, Resolution};
 
-/// A lease short enough to lapse within a test, and a wait that outlasts it on a loaded
-/// machine.
-const LEASE: Duration = Duration::from_millis(250);
-const LAPSE: Duration = Duration::from_millis(600);
+/// A lease short enough to lapse within a test yet long enough for a slow store's steps on a
+/// loaded machine (DynamoDB Local, CI), and a wait that outlasts it there.
+const LEASE: Duration = Duration::from_millis(1000);
+const LAPSE: Duration = Duration::from_millis(2500);
 
 /// Claims `key` in `name` and dies mid-body (the future dropped after its claim), then waits
 /// until its lease has lapsed: the key is abandoned.
