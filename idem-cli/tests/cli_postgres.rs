@@ -191,12 +191,12 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it(url: Str
 
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("created the schema (version 3)"),
+        run.stdout.contains("created the schema (version 4)"),
         "{run:#?}"
     );
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("schema is current (version 3)"),
+        run.stdout.contains("schema is current (version 4)"),
         "{run:#?}"
     );
     cli.run(&["stats"]).expect(0);
@@ -299,7 +299,7 @@ async fn stats_count_and_purge_deletes_expired_records(url: String) {
     let total = text.stdout.lines().last().unwrap().to_string();
     assert_eq!(
         total.split_whitespace().collect::<Vec<_>>(),
-        ["(total)", "1", "1", "5"]
+        ["(total)", "1", "1", "5", "0", "0"]
     );
 
     let purge = cli.run(&["purge", "--expired", "--batch", "2"]);

@@ -29,14 +29,14 @@ fn a_missing_database_says_run_migrate_and_migrate_creates_it_once() {
 
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("created the schema (version 1)"),
+        run.stdout.contains("created the schema (version 2)"),
         "{run:#?}"
     );
     let run = cli.run(&["migrate"]).expect(0);
     assert!(run.stdout.contains("schema is current"), "{run:#?}");
     let doc = cli.run(&["--json", "migrate"]).expect(0).json();
     assert_eq!(doc["changed"], false);
-    assert_eq!(doc["to"], 1);
+    assert_eq!(doc["to"], 2);
 
     // A database file that exists but has no idem table is "not migrated" too.
     let other = cli.run(&["--table", "other_keys", "stats"]).expect(5);

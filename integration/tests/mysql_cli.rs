@@ -300,7 +300,7 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it(url: Str
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
         run.stdout
-            .contains(&format!("mysql table {t}: created the schema (version 1)")),
+            .contains(&format!("mysql table {t}: created the schema (version 2)")),
         "{run:#?}"
     );
     let run = cli.run(&["--json", "migrate"]).expect(0).json();
@@ -343,7 +343,7 @@ async fn stats_count_and_purge_deletes_expired_records(url: String) {
     let total = text.stdout.lines().last().unwrap().to_string();
     assert_eq!(
         total.split_whitespace().collect::<Vec<_>>(),
-        ["(total)", "1", "1", "5"]
+        ["(total)", "1", "1", "5", "0", "0"]
     );
     // Expired records are not listed.
     let listed = cli.run(&["--json", "list"]).expect(0).json();
