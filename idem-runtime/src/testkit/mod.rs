@@ -107,6 +107,7 @@ macro_rules! conformance_suite {
     };
     (@main $make:path; $($name:ident),* $(,)?) => {
         fn main() -> ::std::process::ExitCode {
+            $crate::testkit::roomy_test_threads();
             let trials = ::std::vec![
                 $($crate::conformance_suite!(@trial ::std::stringify!($name), $make, $name)),*
             ];
@@ -115,6 +116,7 @@ macro_rules! conformance_suite {
     };
     (@main_sealed ($make:path, $sealed:path); $($name:ident),* $(,)?) => {
         fn main() -> ::std::process::ExitCode {
+            $crate::testkit::roomy_test_threads();
             let trials = ::std::vec![
                 $($crate::conformance_suite!(@trial ::std::stringify!($name), $make, $name),)*
                 $($crate::conformance_suite!(

@@ -43,6 +43,17 @@ pub enum Ran {
     Skipped(String),
 }
 
+/// Gives the threads a test harness spawns from now on 8 MiB of stack, unless `RUST_MIN_STACK`
+/// says otherwise. Scenarios nest calls (steps) over a store's client, and in a debug build
+/// the poll frames of those futures (the AWS SDK's above all) outgrow the default 2 MiB. Call
+/// it first in a harness's `main`, before any thread is spawned (what
+/// [`crate::conformance_suite!`]'s `main:` form does).
+pub fn roomy_test_threads() {
+    if std::env::var_os("RUST_MIN_STACK").is_none() {
+        std::env::set_var("RUST_MIN_STACK", (8usize << 20).to_string());
+    }
+}
+
 /// Runs one scenario on a fresh multi-thread runtime (used by [`crate::conformance_suite!`]).
 pub fn run_scenario<M, MF, S, SF>(make: M, scenario: S)
 where
