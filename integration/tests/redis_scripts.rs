@@ -29,7 +29,8 @@ async fn resent_steps_are_recognised_and_stale_tokens_refused() {
     let fp = [9u8; 32];
     let claim_with = |nonce: &'static [u8]| {
         let mut inv = claim.key(key);
-        inv.arg("ns").arg(&fp[..]).arg("60000").arg(nonce);
+        // name, fingerprint, lease, nonce, how long the record is kept (max(lease, ttl)).
+        inv.arg("ns").arg(&fp[..]).arg("60000").arg(nonce).arg("60000");
         inv
     };
 
@@ -151,6 +152,7 @@ async fn takeover_tokens_grow() {
             .arg(&[1u8; 32][..])
             .arg("1")
             .arg(&nonce[..])
+            .arg("1")
             .invoke_async(&mut con)
             .await
             .unwrap();
