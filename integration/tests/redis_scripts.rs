@@ -30,7 +30,11 @@ async fn resent_steps_are_recognised_and_stale_tokens_refused() {
     let claim_with = |nonce: &'static [u8]| {
         let mut inv = claim.key(key);
         // name, fingerprint, lease, nonce, how long the record is kept (max(lease, ttl)).
-        inv.arg("ns").arg(&fp[..]).arg("60000").arg(nonce).arg("60000");
+        inv.arg("ns")
+            .arg(&fp[..])
+            .arg("60000")
+            .arg(nonce)
+            .arg("60000");
         inv
     };
 
