@@ -2,7 +2,10 @@
 //! chromedriver) on a PostgreSQL store: sign in with the token, open the overview, find the
 //! stuck in-progress key, force-release it through the confirmation page and see its state
 //! change; requests without the token are refused and show nothing of the store; an action
-//! without the CSRF token is refused. Each page is saved as a screenshot in docs/board/.
+//! without the CSRF token is refused. Each page is saved as a screenshot under the test's
+//! target folder; `IDEM_BOARD_SCREENSHOTS=docs/board` (from the checkout's root) refreshes the
+//! ones the docs show. A test never writes into the source tree by default: CI packages the
+//! crates from a clean tree after the tests.
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use idem::postgres::sqlx::{self, PgPool};
@@ -126,8 +129,11 @@ async fn browser(port: u16, profile: &std::path::Path) -> Client {
 }
 
 fn screenshots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/board");
-    std::fs::create_dir_all(&dir).expect("docs/board");
+    let dir = match std::env::var_os("IDEM_BOARD_SCREENSHOTS") {
+        Some(dir) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(dir),
+        None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("board"),
+    };
+    std::fs::create_dir_all(&dir).expect("the screenshots' folder");
     dir
 }
 
