@@ -496,3 +496,20 @@ fn keys_of_a_store_with_keyed_digests_need_the_secret() {
     cli.run(&["show", "charges.v1", "order-7", "--digest-secret", "abcd"])
         .expect(2);
 }
+
+/// Parked keys: `idem pending` lists the keys parked by real calls, `idem resolve` decides them
+/// both ways, and refuses a key that is not parked (see `common::parked`).
+#[test]
+fn pending_lists_parked_keys_and_resolve_decides_them() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    cli.run(&["migrate"]).expect(0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let app = idem::Idem::sqlite(&db.url).await.unwrap();
+        common::parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+            common::out(cli.run(args))
+        })
+        .await;
+    });
+}

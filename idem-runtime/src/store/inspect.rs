@@ -381,6 +381,25 @@ pub trait Inspect: Store {
         })
     }
 
+    /// The parked keys (abandoned attempts waiting for an operator's [`Store::resolve`]) of
+    /// namespace `name` (`None`: every namespace), oldest claim first, at most `limit`. A parked
+    /// record never lapses (`expires_at = keep_until = i64::MAX`), so the SQL stores find them
+    /// through their `keep_until` index; by default, and on Redis and DynamoDB, this is
+    /// [`Inspect::list`] with [`Filter::status`] `Parked`.
+    fn parked<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            let filter = Filter::new()
+                .name(name.map(str::to_owned))
+                .status(Some(Status::Parked))
+                .limit(limit);
+            self.list(&filter).await
+        })
+    }
+
     /// Every namespace's records by state, its oldest attempt in flight, and how many of its
     /// live records expire within `soon`; the SQL stores count in one statement. By default,
     /// and on Redis and DynamoDB, from a listing of the live records and [`Inspect::stats`].

@@ -52,18 +52,7 @@ impl Inspect for MysqlStore {
                 .fetch_all(self.pool())
                 .await
                 .map_err(|e| my_error("list", e))?;
-            rows.iter()
-                .map(|row| {
-                    let get = |e: sqlx::Error| my_error("list", e);
-                    let key = digest_of("list", "key", row.try_get(10).map_err(get)?)?;
-                    let size: Option<i64> = row.try_get(11).map_err(get)?;
-                    let record = record_from("list", &key, row)?;
-                    Ok(KeyInfo {
-                        value_size: size.map(|n| n as u64),
-                        ..KeyInfo::from(&record)
-                    })
-                })
-                .collect()
+            rows.iter().map(|row| key_info("list", row)).collect()
         })
     }
 
@@ -92,4 +81,46 @@ impl Inspect for MysqlStore {
                 .collect()
         })
     }
+
+    fn parked<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            // A parked record's `keep_until` is i64::MAX: an equality on the `keep_until`
+            // index finds them without reading the other records.
+            let sql = format!(
+                "SELECT `name`, `fingerprint`, `token`, `status`, NULL, `created_at`, \
+                        `expires_at`, `attempt`, `keep_until`, c.now, `key`, \
+                        CAST(LENGTH(`value`) AS SIGNED) \
+                   FROM {r} CROSS JOIN (SELECT {CLOCK} AS now) c \
+                  WHERE `keep_until` = ? AND `status` = ? AND (? IS NULL OR `name` = ?) \
+                  ORDER BY `created_at`, `key` LIMIT ?",
+                r = self.inner.table.records
+            );
+            let rows = sqlx::query(&sql)
+                .bind(i64::MAX)
+                .bind(Status::Parked.as_i16())
+                .bind(name)
+                .bind(name)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| my_error("parked", e))?;
+            rows.iter().map(|row| key_info("parked", row)).collect()
+        })
+    }
+}
+
+/// A listing's row: `record_from`'s columns, then the key and the value's size.
+fn key_info(op: &'static str, row: &sqlx::mysql::MySqlRow) -> Result<KeyInfo, Error> {
+    let get = |e: sqlx::Error| my_error(op, e);
+    let key = digest_of(op, "key", row.try_get(10).map_err(get)?)?;
+    let size: Option<i64> = row.try_get(11).map_err(get)?;
+    let record = record_from(op, &key, row)?;
+    Ok(KeyInfo {
+        value_size: size.map(|n| n as u64),
+        ..KeyInfo::from(&record)
+    })
 }

@@ -61,6 +61,36 @@ impl Inspect for PostgresStore {
         })
     }
 
+    fn parked<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            // A parked record's `keep_until` is i64::MAX: an equality on the `keep_until`
+            // index finds them without reading the other records.
+            let sql = format!(
+                "SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, {CLOCK}, \
+                        e.attempt, e.keep_until \
+                   FROM {r} e \
+                  WHERE e.keep_until = $1 AND e.status = $2 \
+                    AND ($3::text IS NULL OR e.name = $3) \
+                  ORDER BY e.created_at, e.key LIMIT $4",
+                r = self.inner.table.records
+            );
+            let rows = sqlx::query(&sql)
+                .bind(i64::MAX)
+                .bind(Status::Parked.as_i16())
+                .bind(name)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| pg_error("parked", e))?;
+            rows.iter().map(|row| key_info("parked", row)).collect()
+        })
+    }
+
     fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
         Box::pin(async move {
             let sql = format!(
