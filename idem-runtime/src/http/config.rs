@@ -88,4 +88,8 @@ pub(super) struct Config {
     pub(super) protocol: Protocol,
     #[cfg(feature = "grpc")]
     pub(super) grpc_store_if: Arc<GrpcStoreIfFn>,
+    /// What a request that takes over an abandoned attempt does without a reconcile hook.
+    pub(super) on_abandoned: crate::OnAbandoned,
+    /// The reconcile hook: when set, it decides every takeover (`on_abandoned` is not used).
+    pub(super) reconcile: Option<Arc<super::reconcile::ReconcileFn>>,
 }
