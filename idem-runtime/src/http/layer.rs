@@ -245,6 +245,8 @@ impl IdempotencyLayer {
     pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         let names: Vec<HeaderName> = names.into_iter().collect();
         self.with(|c| {
+            // Extended below for a gRPC layer only.
+            #[cfg_attr(not(feature = "grpc"), allow(unused_mut))]
             let mut names = names;
             #[cfg(feature = "grpc")]
             if c.protocol == Protocol::Grpc {
