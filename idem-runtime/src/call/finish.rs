@@ -106,6 +106,7 @@ impl Prepared {
             token,
             value,
             ttl: self.ttl,
+            tombstone: self.tombstone,
         };
         let step = obs.store("complete", exec.complete(done));
         let completed = match held {

@@ -139,6 +139,9 @@ pub enum State {
     /// Abandoned: in progress, its lease lapsed without a result or a release, still kept; the
     /// next call with the key takes it over.
     Abandoned,
+    /// A tombstone: completed, its result expired, its digest and fingerprint still kept
+    /// (`tombstone = …`); a call with the key gets `Error::Expired`.
+    Tombstone,
 }
 
 impl State {
@@ -146,6 +149,9 @@ impl State {
     pub fn of(status: Status, expires_at: i64, keep_until: i64, now: i64) -> State {
         if crate::protocol::abandoned(status, expires_at, keep_until, now) {
             return State::Abandoned;
+        }
+        if crate::protocol::tombstoned(status, expires_at, keep_until, now) {
+            return State::Tombstone;
         }
         match status {
             Status::Parked => State::Parked,
@@ -157,7 +163,7 @@ impl State {
     }
 
     /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired,
-    /// 3 parked, 4 abandoned.
+    /// 3 parked, 4 abandoned, 5 tombstone.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
         allow(dead_code)
@@ -169,6 +175,7 @@ impl State {
             2 => Some(State::Expired),
             3 => Some(State::Parked),
             4 => Some(State::Abandoned),
+            5 => Some(State::Tombstone),
             _ => None,
         }
     }

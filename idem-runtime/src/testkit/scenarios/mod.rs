@@ -13,6 +13,7 @@ mod failures;
 mod operators;
 mod steps;
 mod takeovers;
+mod tombstones;
 
 pub use abandoned::*;
 pub use calls::*;
@@ -20,6 +21,7 @@ pub use failures::*;
 pub use operators::*;
 pub use steps::*;
 pub use takeovers::*;
+pub use tombstones::*;
 
 async fn charge(
     idem: &Idem,
