@@ -46,6 +46,7 @@ options! {
     Ttl = "ttl": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
     Lease = "lease": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
     Wait = "wait": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
+    Tombstone = "tombstone": "a literal such as \"90d\", \"24h\", or a `Duration` expression: how long the key is refused (`idem::Error::Expired`) after `ttl`",
     Fingerprint = "fingerprint": "any `impl Serialize` expression, e.g. `fingerprint = (req.amount, req.currency)`",
     Skip = "skip": "the names of the arguments left out of the default key and fingerprint, e.g. `skip(client, pool)`",
     Scope = "scope": "any `impl Serialize` expression, e.g. `scope = tenant_id`",
@@ -64,7 +65,7 @@ impl Opt {
     }
 }
 
-/// A `ttl`, `lease` or `wait` value.
+/// A `ttl`, `lease`, `wait` or `tombstone` value.
 pub enum DurationArg {
     /// A literal checked at compile time: the whole value in milliseconds.
     Millis(u128, Span),
@@ -94,6 +95,8 @@ pub struct Args {
     pub ttl: Option<DurationArg>,
     pub lease: Option<DurationArg>,
     pub wait: Option<DurationArg>,
+    /// `tombstone = …`: kept after `ttl`, refusing a late repeat.
+    pub tombstone: Option<DurationArg>,
     pub fingerprint: Option<Expr>,
     /// The names in `skip(...)` (never `self`: that is refused while parsing).
     pub skip: Vec<Ident>,
@@ -161,6 +164,9 @@ impl Parse for Args {
                 Opt::Ttl => args.ttl = Some(value(input, &ident, opt, parse_duration)?),
                 Opt::Lease => args.lease = Some(value(input, &ident, opt, parse_duration)?),
                 Opt::Wait => args.wait = Some(value(input, &ident, opt, parse_duration)?),
+                Opt::Tombstone => {
+                    args.tombstone = Some(value(input, &ident, opt, parse_duration)?);
+                }
                 Opt::Name => args.name = Some(value(input, &ident, opt, parse_name)?),
                 Opt::OnError => args.on_error = Some(value(input, &ident, opt, parse_on_error)?),
                 Opt::Crate => args.krate = Some(value(input, &ident, opt, parse_crate)?),
@@ -420,6 +426,14 @@ fn parse_duration(input: ParseStream, opt: Opt) -> syn::Result<DurationArg> {
                 return Err(syn::Error::new(
                     s.span(),
                     "`lease` must be above zero: it is how long a claim lives without renewal",
+                ));
+            }
+            if ms == 0 && opt == Opt::Tombstone {
+                return Err(syn::Error::new(
+                    s.span(),
+                    "`tombstone = \"0s\"` keeps no tombstone: remove it (without `tombstone`, \
+                     an expired key is free again) or give how long a late repeat is refused, \
+                     e.g. \"90d\"",
                 ));
             }
             Ok(DurationArg::Millis(ms, s.span()))

@@ -86,6 +86,7 @@ fn setup(krate: &TokenStream, args: &Args, checked: &Checked, builder: TokenStre
         ("ttl", &args.ttl),
         ("lease", &args.lease),
         ("wait", &args.wait),
+        ("tombstone", &args.tombstone),
     ] {
         if let Some(value) = value {
             let method = Ident::new(method, Span::call_site());

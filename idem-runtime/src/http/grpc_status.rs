@@ -86,7 +86,8 @@ fn code_of(problem: &Problem) -> Code {
     match problem.type_ {
         problem::IN_PROGRESS => Code::Aborted,
         problem::BODY_TOO_LARGE => Code::ResourceExhausted,
-        problem::KEY_REUSED => Code::FailedPrecondition,
+        // A key reused, or used and expired (its tombstone): a retry cannot change the answer.
+        problem::KEY_REUSED | problem::KEY_EXPIRED => Code::FailedPrecondition,
         problem::PRINCIPAL_MISSING | problem::INTERNAL => Code::Internal,
         problem::STORE_UNAVAILABLE | problem::OVERLOADED | problem::SHUTTING_DOWN => {
             Code::Unavailable

@@ -42,6 +42,13 @@
 //! (another method, path, query or body); the request did not run. Use a new key for a new
 //! request.
 //!
+//! # Idempotency key expired
+//!
+//! `410 Gone`, [`KEY_EXPIRED`]. The key was used before, and its response is no longer kept
+//! (its TTL passed); the layer keeps a tombstone of it (`IdempotencyLayer::tombstone`), so the
+//! request did not run again. A late retry of an operation that already ran: do not retry it;
+//! use a new key only for a new request.
+//!
 //! # Principal missing
 //!
 //! `500 Internal Server Error`, [`PRINCIPAL_MISSING`]. The layer found no principal to scope
@@ -95,6 +102,8 @@ pub const IN_PROGRESS: &str = problem_type!("request-in-progress");
 pub const BODY_TOO_LARGE: &str = problem_type!("body-too-large");
 /// 422: the key was used before with another request (method, path, query or body).
 pub const KEY_REUSED: &str = problem_type!("idempotency-key-reused");
+/// 410: the key was used before and its response expired; its tombstone refuses a late retry.
+pub const KEY_EXPIRED: &str = problem_type!("idempotency-key-expired");
 /// 500: the layer found no principal and anonymous requests are not allowed.
 pub const PRINCIPAL_MISSING: &str = problem_type!("principal-missing");
 /// 500: a stored response no longer decodes, or the handler's response body failed.
@@ -234,6 +243,7 @@ mod tests {
             IN_PROGRESS,
             BODY_TOO_LARGE,
             KEY_REUSED,
+            KEY_EXPIRED,
             PRINCIPAL_MISSING,
             INTERNAL,
             STORE_UNAVAILABLE,

@@ -281,6 +281,9 @@ fn idempotent_call(
     if let Some(lease) = config.lease {
         call = call.lease(lease);
     }
+    if let Some(tombstone) = config.tombstone {
+        call = call.tombstone(tombstone);
+    }
     if let Some(wait) = config.wait {
         call = call.wait(wait);
     }
@@ -447,6 +450,13 @@ fn idem_failure(config: &Config, e: Error) -> Problem {
             "Idempotency-Key reused",
             "this Idempotency-Key was already used with another request (method, path, \
              query or body); use a new key for a new request",
+        ),
+        Error::Expired { .. } => Problem::new(
+            StatusCode::GONE,
+            problem::KEY_EXPIRED,
+            "Idempotency-Key expired",
+            "this Idempotency-Key was used and its response is no longer kept; the request \
+             did not run again. Use a new key for a new request",
         ),
         Error::Store(e) => {
             tracing::warn!(error = %e, "idem: store failed; answering 503");

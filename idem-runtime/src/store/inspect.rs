@@ -21,6 +21,9 @@ pub struct Filter {
     pub older_than: Option<Duration>,
     /// At most this many records.
     pub limit: usize,
+    /// List tombstones (completed, their result expired, still kept: `tombstone = …`) instead
+    /// of live records.
+    pub tombstones: bool,
 }
 
 impl Default for Filter {
@@ -30,6 +33,7 @@ impl Default for Filter {
             status: None,
             older_than: None,
             limit: 100,
+            tombstones: false,
         }
     }
 }
@@ -65,11 +69,22 @@ impl Filter {
         self
     }
 
+    /// Tombstones instead of live records (`true`), or live records (`false`, the default).
+    pub fn tombstones(mut self, tombstones: bool) -> Self {
+        self.tombstones = tombstones;
+        self
+    }
+
     /// True when `info` passes every condition (for stores that filter client side).
     pub fn matches(&self, info: &KeyInfo) -> bool {
+        let listed = if self.tombstones {
+            crate::protocol::tombstoned(info.status, info.expires_at, info.keep_until, info.now)
+        } else {
+            info.expires_at > info.now
+        };
         self.name.as_deref().is_none_or(|n| n == info.name)
             && self.status.is_none_or(|s| s == info.status)
-            && info.expires_at > info.now
+            && listed
             && info.created_at <= info.now.saturating_sub(self.older_than_ms())
     }
 

@@ -35,6 +35,7 @@ pub struct Client;
     ttl = "24h",
     lease = "30s",
     wait = "250ms",
+    tombstone = "90d",
     fingerprint = amount,
     skip(client),
     scope = tenant,
@@ -53,7 +54,7 @@ async fn everything(
     Ok(amount)
 }
 
-#[idempotent(store = idem, ttl = Duration::from_secs(60), lease = Duration::from_millis(1500), wait = std::time::Duration::ZERO, on_error = keep)]
+#[idempotent(store = idem, ttl = Duration::from_secs(60), lease = Duration::from_millis(1500), wait = std::time::Duration::ZERO, tombstone = Duration::from_secs(86_400), on_error = keep)]
 async fn exprs(n: u64, idem: &Idem) -> Result<u64, PayError> {
     Ok(n)
 }

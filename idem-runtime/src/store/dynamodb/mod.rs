@@ -221,8 +221,9 @@ impl DynamoDbStore {
                     match old {
                         Some(old) => {
                             let record = item::record(&old, now, "claim")?;
-                            if is_live(record.expires_at, now) {
-                                return Ok(ClaimOutcome::Existing(record));
+                            // Live, or a tombstone (answered without its value).
+                            if let Some(found) = super::occupying(&record) {
+                                return Ok(ClaimOutcome::Existing(found));
                             }
                             // The write below replaces this very item (its token is never
                             // reused), so what it takes over is decided now, on this clock.
@@ -255,6 +256,7 @@ impl DynamoDbStore {
             return Err(self.too_large(done.key, done.token, done.value.len()).await);
         }
         let expires_at = now.saturating_add(ms(done.ttl));
+        let keep = crate::protocol::completed_keep_until(expires_at, done.tombstone).min(MAX_MS);
         let mut names = holds_names().unwrap_or_default();
         names.insert("#v".into(), VALUE.into());
         names.insert("#z".into(), VALUE_SIZE.into());
@@ -266,7 +268,7 @@ impl DynamoDbStore {
             .table_name(&self.inner.table)
             .set_key(Some(item::key_of(done.key)))
             .update_expression(
-                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :exp, #ttl = :ttl",
+                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :keep, #ttl = :ttl",
             )
             .condition_expression(HOLDS)
             .set_expression_attribute_names(Some(names))
@@ -278,7 +280,8 @@ impl DynamoDbStore {
                 (":v", b(done.value)),
                 (":z", n(done.value.len())),
                 (":exp", n(expires_at)),
-                (":ttl", ttl_of(expires_at)),
+                (":keep", n(keep)),
+                (":ttl", ttl_of(keep)),
             ]))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()

@@ -20,11 +20,22 @@ pub(super) struct Statements {
     pub(super) purge: String,
     pub(super) force_release: String,
     pub(super) list: String,
+    pub(super) list_tombstones: String,
     pub(super) stats: String,
 }
 
 impl Statements {
     pub(super) fn new(t: &str) -> Self {
+        // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
+        // value itself is left out (it may be large); its length is what a listing shows.
+        let list = |listed: &str| {
+            format!(
+                "SELECT key, name, fingerprint, token, status, NULL AS value, \
+                 length(value) AS size, created_at, expires_at, attempt, keep_until FROM {t} \
+                 WHERE {listed} AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
+                 AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
+            )
+        };
         Statements {
             select: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1 AND expires_at > ?2"),
             select_any: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1"),
@@ -96,14 +107,8 @@ impl Statements {
                 "UPDATE {t} SET status = 2, expires_at = ?2, keep_until = ?2 \
                  WHERE key = ?1 AND token = ?3 AND status = ?4 AND expires_at = ?5"
             ),
-            // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
-            // value itself is left out (it may be large); its length is what a listing shows.
-            list: format!(
-                "SELECT key, name, fingerprint, token, status, NULL AS value, \
-                 length(value) AS size, created_at, expires_at, attempt, keep_until FROM {t} \
-                 WHERE expires_at > ?1 AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
-                 AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
-            ),
+            list: list("expires_at > ?1"),
+            list_tombstones: list("status = 1 AND expires_at <= ?1 AND keep_until > ?1"),
             // The codes of `State::from_code`.
             stats: format!(
                 "SELECT name, CASE WHEN status = 3 THEN 3 WHEN expires_at > ?1 THEN status \
