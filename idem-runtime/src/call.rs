@@ -90,6 +90,7 @@ struct Setup {
     lease: Option<Duration>,
     wait: Option<Duration>,
     tombstone: Option<Duration>,
+    max_value: Option<usize>,
     on_abandoned: OnAbandoned,
     /// The body starts with a reconcile ([`Call::reconcile`], `reconcile = …`).
     reconciles: bool,
@@ -138,6 +139,8 @@ pub(crate) struct Prepared {
     wait: Option<Duration>,
     /// How long the key's tombstone is kept after `ttl` (zero: none).
     tombstone: Duration,
+    /// This function's own limit on a stored result, below the handle's.
+    max_value: Option<usize>,
     on_abandoned: OnAbandoned,
     reconciles: bool,
 }
@@ -209,6 +212,17 @@ impl Call {
     /// free again. `Duration::ZERO` turns a handle's default off for this call.
     pub fn tombstone(mut self, tombstone: Duration) -> Self {
         self.0.tombstone = Some(tombstone);
+        self
+    }
+
+    /// The largest result this call stores, in bytes as stored (after compression and
+    /// encryption), below the handle's limit ([`Idem::with_max_value_len`], by default
+    /// [`crate::DEFAULT_MAX_VALUE_LEN`], and the store's own): a larger one fails with
+    /// [`Error::Codec`] of kind [`crate::CodecErrorKind::TooLarge`], naming the limit and the
+    /// size, and the key is released (nothing is stored). A limit above the handle's changes
+    /// nothing.
+    pub fn max_value(mut self, bytes: usize) -> Self {
+        self.0.max_value = Some(bytes);
         self
     }
 
@@ -294,6 +308,7 @@ impl Call {
             lease,
             wait,
             tombstone,
+            max_value: setup.max_value,
             on_abandoned: setup.on_abandoned,
             reconciles: setup.reconciles,
         })
