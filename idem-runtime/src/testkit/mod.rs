@@ -97,7 +97,8 @@ macro_rules! conformance_suite {
             resolve_refuses_a_key_that_is_not_parked, a_resolved_value_of_another_type_is_a_codec_error,
             reconcile_decides_a_takeover, a_released_key_is_not_taken_over,
             tombstone_refuses_a_late_repeat, tombstone_ends_and_frees_the_key,
-            tombstone_keeps_no_value_and_blocks_claims);
+            tombstone_keeps_no_value_and_blocks_claims,
+            large_values_round_trip, over_the_limit_is_refused_and_released);
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
         $(
