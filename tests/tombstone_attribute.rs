@@ -46,7 +46,11 @@ async fn a_late_repeat_is_refused_with_expired() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(is_expired(literal(1, &idem, &runs).await));
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
-    assert_eq!(literal(2, &idem, &runs).await.unwrap(), 2, "another key runs");
+    assert_eq!(
+        literal(2, &idem, &runs).await.unwrap(),
+        2,
+        "another key runs"
+    );
 }
 
 #[tokio::test]
@@ -59,5 +63,9 @@ async fn a_duration_expression_sets_it_and_the_key_frees_after_it() {
     assert!(is_expired(expression(1, &idem, &runs, keep).await));
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(expression(1, &idem, &runs, keep).await.unwrap(), 1);
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "free again after the tombstone");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "free again after the tombstone"
+    );
 }

@@ -523,13 +523,20 @@ async fn stats_and_list_show_tombstones_and_purge_keeps_them() {
     assert!(table.stdout.contains("TOMBSTONES"), "{table:#?}");
     let live = cli.run(&["--json", "list"]).expect(0).json();
     assert_eq!(live.as_array().unwrap().len(), 0, "{live:#}");
-    let tombs = cli.run(&["--json", "list", "--tombstones"]).expect(0).json();
+    let tombs = cli
+        .run(&["--json", "list", "--tombstones"])
+        .expect(0)
+        .json();
     assert_eq!(tombs.as_array().unwrap().len(), 1, "{tombs:#}");
     let digest = idem::testkit::digest("charges.v1", "paid-1").to_hex();
     assert_eq!(tombs[0]["digest"], digest.as_str(), "{tombs:#}");
     assert!(tombs[0]["kept_until"].is_string(), "{tombs:#}");
     let purge = cli.run(&["--json", "purge", "--expired"]).expect(0);
-    assert_eq!(purge.json()["purged"], 1, "only the record without a tombstone");
+    assert_eq!(
+        purge.json()["purged"],
+        1,
+        "only the record without a tombstone"
+    );
     let stats = cli.run(&["--json", "stats"]).expect(0).json();
     assert_eq!(stats["total"]["tombstones"], 1, "{stats:#}");
 }

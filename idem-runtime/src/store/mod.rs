@@ -287,10 +287,7 @@ pub(crate) fn claim_keep_until(now: i64, claim: &Claim<'_>) -> i64 {
 /// What a claim that read `record` (at `record.now`) answers without writing: the record when
 /// it is live, the record without its value when it is a tombstone
 /// ([`crate::protocol::occupied`]), `None` when the claim may take the key.
-#[cfg_attr(
-    not(any(feature = "sqlite", feature = "dynamodb")),
-    allow(dead_code)
-)]
+#[cfg_attr(not(any(feature = "sqlite", feature = "dynamodb")), allow(dead_code))]
 pub(crate) fn occupying(record: &Record) -> Option<Record> {
     let (status, expires_at, keep_until, now) = (
         record.status,

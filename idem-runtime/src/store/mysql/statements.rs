@@ -48,9 +48,8 @@ impl Sql {
         let r = &t.records;
         // Not `protocol::occupied`: neither live nor a tombstone (completed, its TTL over,
         // still kept). Once `status` is assigned below, a row it was true of stays so.
-        let lapsed = format!(
-            "(`expires_at` <= {CLOCK} AND NOT (`status` = 1 AND `keep_until` > {CLOCK}))"
-        );
+        let lapsed =
+            format!("(`expires_at` <= {CLOCK} AND NOT (`status` = 1 AND `keep_until` > {CLOCK}))");
         // `protocol::abandoned` of a row that lapsed.
         let abandoned = format!("`status` = 0 AND `keep_until` >= {CLOCK}");
         let flag = TAKEOVER_FLAG;

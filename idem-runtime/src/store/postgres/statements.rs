@@ -51,9 +51,8 @@ impl Sql {
         let locked = "key = $1 AND token = $2 AND status = 0";
         // `protocol::occupied`: live, or a tombstone (completed, its TTL over, still kept); a
         // claim finds either, and a tombstone without its value.
-        let occupied = format!(
-            "(e.expires_at > {CLOCK} OR (e.status = 1 AND e.keep_until > {CLOCK}))"
-        );
+        let occupied =
+            format!("(e.expires_at > {CLOCK} OR (e.status = 1 AND e.keep_until > {CLOCK}))");
         let complete = |cond: &str| {
             format!(
                 "UPDATE {r} AS u SET status = 1, value = $3, expires_at = {CLOCK} + $4, \

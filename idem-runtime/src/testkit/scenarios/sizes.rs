@@ -12,16 +12,14 @@ pub async fn large_values_round_trip(idem: Idem) {
     let c = Counter::default();
     let call = || {
         let c = c.clone();
-        idem.call(name.clone())
-            .key("k")
-            .run(async move {
-                let n = c.hit();
-                // Not one repeated byte: a value that compression does not shrink to nothing.
-                let text: String = (0..LARGE)
-                    .map(|i| char::from(b'a' + ((i * 7 + i / 251 + n) % 26) as u8))
-                    .collect();
-                Ok::<_, Failure>(text)
-            })
+        idem.call(name.clone()).key("k").run(async move {
+            let n = c.hit();
+            // Not one repeated byte: a value that compression does not shrink to nothing.
+            let text: String = (0..LARGE)
+                .map(|i| char::from(b'a' + ((i * 7 + i / 251 + n) % 26) as u8))
+                .collect();
+            Ok::<_, Failure>(text)
+        })
     };
     let fresh = call().await.unwrap();
     assert!(!fresh.is_replayed());

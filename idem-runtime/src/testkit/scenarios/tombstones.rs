@@ -96,7 +96,10 @@ pub async fn tombstone_ends_and_frees_the_key(idem: Idem) {
         Outcome::Fresh(1)
     );
     tokio::time::sleep(PAST_TTL).await;
-    expired(counted(&idem, &name, "k", short, &c).await, "in the tombstone");
+    expired(
+        counted(&idem, &name, "k", short, &c).await,
+        "in the tombstone",
+    );
     tokio::time::sleep(Duration::from_millis(1000)).await;
     idem.purge_expired(1000).await.unwrap();
     assert_eq!(
