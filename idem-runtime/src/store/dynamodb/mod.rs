@@ -4,7 +4,7 @@
 //! | step | request |
 //! |---|---|
 //! | `claim` | `PutItem` if `attribute_not_exists(pk)`, `ReturnValuesOnConditionCheckFailure = ALL_OLD`; when the item it returns is no longer live, a second `PutItem` if `token = <its token> AND expires_at <= now`, with the next token (and, when the old item was abandoned, its attempt + 1) |
-//! | `complete` | `UpdateItem SET status = 1, value, expires_at, keep_until, ttl` if `token AND status = 0 AND expires_at > now` |
+//! | `complete` | `UpdateItem SET status = 1, value, expires_at, keep_until, ttl` if `token AND status = 0 AND expires_at > now`; a value over one item is first written in chunks (`PutItem` each, `chunks.rs`) and the update records `chunks` instead of `value` |
 //! | `release` | `UpdateItem SET status = 2, expires_at = keep_until = now` on the same condition (the item ends and keeps its token) |
 //! | `renew` | `UpdateItem SET expires_at` on the same condition and `keep_until >= expires_at`; else once more raising `keep_until` and `ttl` too |
 //! | `park` | `UpdateItem SET status = 3, expires_at = keep_until = i64::MAX REMOVE ttl` on the same condition |
@@ -40,6 +40,7 @@
 //! (`GetRecords` is itself polled, about every second), which costs more requests and latency
 //! than a duplicate's few reads.
 
+mod chunks;
 mod error;
 mod inspect;
 mod item;
@@ -222,7 +223,8 @@ impl DynamoDbStore {
                         Some(old) => {
                             let record = item::record(&old, now, "claim")?;
                             // Live, or a tombstone (answered without its value).
-                            if let Some(found) = super::occupying(&record) {
+                            if let Some(mut found) = super::occupying(&record) {
+                                self.with_chunks(&old, &mut found, "claim").await?;
                                 return Ok(ClaimOutcome::Existing(found));
                             }
                             // The write below replaces this very item (its token is never
@@ -252,37 +254,52 @@ impl DynamoDbStore {
         // The namespace is not at hand here: room for a long one (a longer one meets DynamoDB's
         // own refusal, mapped to the same outcome). A handle has refused such a value already;
         // a store used directly has not.
-        if item::completed_size(NAME_ALLOWANCE, done.value.len()) > MAX_ITEM_BYTES {
-            return Err(self.too_large(done.key, done.token, done.value.len()).await);
-        }
         let expires_at = now.saturating_add(ms(done.ttl));
         let keep = crate::protocol::completed_keep_until(expires_at, done.tombstone).min(MAX_MS);
+        // A value that does not fit in the record's item goes in chunks first
+        // (`chunks.rs`); the completion then records how many instead of the value.
+        let chunked = match item::completed_size(NAME_ALLOWANCE, done.value.len()) {
+            size if size <= MAX_ITEM_BYTES => None,
+            _ => Some(
+                self.put_chunks(done.key, done.token, done.value, keep)
+                    .await?,
+            ),
+        };
         let mut names = holds_names().unwrap_or_default();
-        names.insert("#v".into(), VALUE.into());
         names.insert("#z".into(), VALUE_SIZE.into());
         names.insert("#k".into(), KEEP_UNTIL.into());
+        let mut vals = vec![
+            (":t", n(done.token)),
+            (":running", n(Status::InProgress.as_i16())),
+            (":done", n(Status::Completed.as_i16())),
+            (":now", n(now)),
+            (":z", n(done.value.len())),
+            (":exp", n(expires_at)),
+            (":keep", n(keep)),
+            (":ttl", ttl_of(keep)),
+        ];
+        let set = match chunked {
+            None => {
+                names.insert("#v".into(), VALUE.into());
+                vals.push((":v", b(done.value)));
+                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :keep, #ttl = :ttl"
+            }
+            Some(count) => {
+                names.insert("#c".into(), chunks::CHUNKS.into());
+                vals.push((":c", n(count)));
+                "SET #s = :done, #c = :c, #z = :z, #e = :exp, #k = :keep, #ttl = :ttl"
+            }
+        };
         let res = self
             .inner
             .client
             .update_item()
             .table_name(&self.inner.table)
             .set_key(Some(item::key_of(done.key)))
-            .update_expression(
-                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :keep, #ttl = :ttl",
-            )
+            .update_expression(set)
             .condition_expression(HOLDS)
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(values(vec![
-                (":t", n(done.token)),
-                (":running", n(Status::InProgress.as_i16())),
-                (":done", n(Status::Completed.as_i16())),
-                (":now", n(now)),
-                (":v", b(done.value)),
-                (":z", n(done.value.len())),
-                (":exp", n(expires_at)),
-                (":keep", n(keep)),
-                (":ttl", ttl_of(keep)),
-            ]))
+            .set_expression_attribute_values(values(vals))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -302,6 +319,9 @@ impl DynamoDbStore {
                             }
                             None => false,
                         };
+                        if let (false, Some(count)) = (ours, chunked) {
+                            self.delete_chunks(done.key, done.token, count).await;
+                        }
                         Ok(ours)
                     }
                     _ if error::kind_of(&e) == StoreErrorKind::Capacity => {
@@ -531,8 +551,12 @@ impl DynamoDbStore {
         let now = self.now();
         match out.item() {
             Some(it) => {
-                let record = item::record(it, now, "get")?;
-                Ok(is_live(record.expires_at, now).then_some(record))
+                let mut record = item::record(it, now, "get")?;
+                if !is_live(record.expires_at, now) {
+                    return Ok(None);
+                }
+                self.with_chunks(it, &mut record, "get").await?;
+                Ok(Some(record))
             }
             None => Ok(None),
         }
@@ -541,7 +565,7 @@ impl DynamoDbStore {
     async fn purge_now(&self, limit: usize) -> Result<u64, Error> {
         use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
         let now = self.now();
-        let mut candidates: Vec<(Item, u64)> = Vec::new();
+        let mut candidates: Vec<(Item, u64, Option<usize>)> = Vec::new();
         let mut start: Option<Item> = None;
         loop {
             let page = self
@@ -549,13 +573,14 @@ impl DynamoDbStore {
                 .client
                 .scan()
                 .table_name(&self.inner.table)
-                .projection_expression("#pk, #t, #e, #k")
+                .projection_expression("#pk, #t, #e, #k, #c")
                 .filter_expression(FORGETTABLE)
                 .set_expression_attribute_names(names(&[
                     ("#pk", PK),
                     ("#t", TOKEN),
                     ("#e", EXPIRES_AT),
                     ("#k", KEEP_UNTIL),
+                    ("#c", chunks::CHUNKS),
                 ]))
                 .set_expression_attribute_values(values(vec![(":now", n(now))]))
                 .set_exclusive_start_key(start.take())
@@ -568,7 +593,8 @@ impl DynamoDbStore {
                     .cloned()
                     .ok_or_else(|| corrupt("purge_expired", "an item has no key".into()))?;
                 let token = item::token_of(it, "purge_expired")?;
-                candidates.push((HashMap::from([(PK.to_string(), key)]), token));
+                let chunked = chunks::count(it);
+                candidates.push((HashMap::from([(PK.to_string(), key)]), token, chunked));
             }
             start = page.last_evaluated_key().cloned();
             if candidates.len() >= limit || start.is_none() {
@@ -579,7 +605,7 @@ impl DynamoDbStore {
         let mut deleted = 0;
         // A few deletes in flight at a time: each is one small request.
         for chunk in candidates.chunks(16) {
-            let runs = chunk.iter().map(|(key, token)| {
+            let runs = chunk.iter().map(|(key, token, _)| {
                 self.inner
                     .client
                     .delete_item()
@@ -598,9 +624,17 @@ impl DynamoDbStore {
                     ]))
                     .send()
             });
-            for res in futures_util::future::join_all(runs).await {
+            let results = futures_util::future::join_all(runs).await;
+            for (res, (key, token, chunked)) in results.into_iter().zip(chunk) {
                 match res {
-                    Ok(_) => deleted += 1,
+                    Ok(_) => {
+                        deleted += 1;
+                        // The value's chunks go with the record.
+                        if let Some(count) = chunked {
+                            let digest = item::digest(key, PK, "purge_expired")?;
+                            self.delete_chunks(&digest, *token, *count).await;
+                        }
+                    }
                     Err(e)
                         if matches!(
                             e.as_service_error(),
@@ -680,16 +714,19 @@ impl DynamoDbStore {
 /// maps to the same outcome: kind `Capacity`, the key released.
 const NAME_ALLOWANCE: usize = 256;
 
+/// The largest value a completed item holds itself (with a namespace of up to 256 bytes); a
+/// larger one is stored in chunks beside it.
+pub fn max_inline_value_len() -> usize {
+    MAX_ITEM_BYTES.saturating_sub(item::completed_size(NAME_ALLOWANCE, 0))
+}
+
 impl Store for DynamoDbStore {
     fn backend(&self) -> Backend {
         BACKEND
     }
 
-    // The item limit less the other attributes of a completed item: the handle refuses a larger
-    // result before a request is sent (the codec's TooLarge, the key released).
-    fn max_value_len(&self) -> Option<usize> {
-        Some(MAX_ITEM_BYTES.saturating_sub(item::completed_size(NAME_ALLOWANCE, 0)))
-    }
+    // No limit of its own: a value over one item goes in chunks (`chunks.rs`), so the handle's
+    // limit (16 MiB by default) applies as on every store.
 
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
         Box::pin(self.claim_now(claim))
