@@ -496,17 +496,8 @@ fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
 /// function whose every result is refused is a mistake.
 pub fn size_bytes(s: &str) -> Result<u64, String> {
     const HELP: &str = "write a whole number and a unit, e.g. \"512KiB\", \"1MiB\", \"16MiB\"";
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!("`{s}` does not start with a number; {HELP}"));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is too large; {HELP}"))?;
-    let mul: u64 = match unit.trim() {
-        "" => return Err(format!("`{s}` has no unit; {HELP}")),
+    let (n, unit) = number_and_unit(s, HELP)?;
+    let mul: u128 = match unit {
         "B" => 1,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
@@ -517,10 +508,28 @@ pub fn size_bytes(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    match n.checked_mul(mul) {
-        Some(0) => Err(format!("`{s}` refuses every result; {HELP}")),
-        Some(bytes) => Ok(bytes),
-        None => Err(format!("`{s}` is too large")),
+    match n.checked_mul(mul).map(u64::try_from) {
+        Some(Ok(0)) => Err(format!("`{s}` refuses every result; {HELP}")),
+        Some(Ok(bytes)) => Ok(bytes),
+        _ => Err(format!("`{s}` is too large")),
+    }
+}
+
+/// A literal's number and unit (`"24h"` → `(24, "h")`), both required; the errors say what to
+/// write (`help`).
+fn number_and_unit<'a>(s: &'a str, help: &str) -> Result<(u128, &'a str), String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("`{s}` does not start with a number; {help}"));
+    }
+    let n: u128 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is too large; {help}"))?;
+    match unit.trim() {
+        "" => Err(format!("`{s}` has no unit; {help}")),
+        unit => Ok((n, unit)),
     }
 }
 
@@ -528,17 +537,8 @@ pub fn size_bytes(s: &str) -> Result<u64, String> {
 pub fn duration_millis(s: &str) -> Result<u128, String> {
     const HELP: &str =
         "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"5m\", \"24h\", \"7d\"";
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!("`{s}` does not start with a number; {HELP}"));
-    }
-    let n: u128 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is too large; {HELP}"))?;
-    let mul: u128 = match unit.trim() {
-        "" => return Err(format!("`{s}` has no unit; {HELP}")),
+    let (n, unit) = number_and_unit(s, HELP)?;
+    let mul: u128 = match unit {
         "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
