@@ -30,6 +30,7 @@ pub mod guides {
         Layout = "../../docs/layout.md",
         Mysql = "../../docs/mysql.md",
         Operating = "../../docs/operating.md",
+        ParkedKeys = "../../docs/parked-keys.md",
         Outbox = "../../docs/outbox.md",
         Postgres = "../../docs/postgres.md",
         Protocol = "../../docs/protocol.md",
