@@ -468,6 +468,14 @@ fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
     if input.is_empty() || input.peek(Token![,]) {
         return Err(input.error(format!("`max_value = ` needs a value: {}", opt.usage())));
     }
+    // A number that starts an expression (`64 * 1024`) is that expression.
+    if input.peek(syn::LitInt) {
+        let ahead = input.fork();
+        ahead.parse::<syn::LitInt>()?;
+        if !(ahead.is_empty() || ahead.peek(Token![,])) {
+            return Ok(SizeArg::Expr(Box::new(input.parse()?)));
+        }
+    }
     if !input.peek(Lit) {
         return Ok(SizeArg::Expr(Box::new(input.parse()?)));
     }
@@ -481,7 +489,7 @@ fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
         Lit::Int(i) => Err(syn::Error::new(
             i.span(),
             format!(
-                "a bare number has no unit: write `max_value = \"{}B\"` (units: B, KiB, MiB, GiB) or a `usize` expression",
+                "a bare number has no unit: write `max_value = \"{}B\"` (units: B, KiB, MiB, GiB), or an expression such as `64 * 1024`",
                 i.base10_digits()
             ),
         )),
@@ -555,6 +563,22 @@ pub fn duration_millis(s: &str) -> Result<u128, String> {
 mod tests {
     use super::*;
     use quote::quote;
+
+    #[test]
+    fn a_size_is_a_literal_with_a_unit_or_an_expression() {
+        let args: Args = syn::parse2(quote!(max_value = 64 * 1024, ttl = "1s")).unwrap();
+        assert!(matches!(args.max_value, Some(SizeArg::Expr(_))));
+        let args: Args = syn::parse2(quote!(max_value = "1MiB")).unwrap();
+        assert!(matches!(args.max_value, Some(SizeArg::Bytes(1_048_576, _))));
+        let bare = syn::parse2::<Args>(quote!(max_value = 65536))
+            .err()
+            .unwrap();
+        assert!(bare.to_string().contains("no unit"), "{bare}");
+        let bare = syn::parse2::<Args>(quote!(max_value = 65536, ttl = "1s"))
+            .err()
+            .unwrap();
+        assert!(bare.to_string().contains("no unit"), "{bare}");
+    }
 
     #[test]
     fn sizes() {
