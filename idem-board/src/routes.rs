@@ -163,6 +163,7 @@ pub(crate) fn key_state(status: Status, expires_at: i64, keep_until: i64, now: i
         admin::State::Completed => state("completed", "completed"),
         admin::State::Parked => state("parked", "parked"),
         admin::State::Abandoned => state("abandoned", "abandoned"),
+        admin::State::Tombstone => state("expired", "tombstone"),
         _ => state("expired", "expired"),
     }
 }

@@ -74,6 +74,10 @@ pub(crate) enum Command {
         /// At most this many records
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// List tombstones instead: keys whose result expired and whose digest and
+        /// fingerprint are still kept (`tombstone = …`), refusing a late repeat
+        #[arg(long)]
+        tombstones: bool,
     },
     /// Free a stuck key (refuses a live record unless --force) and say what was done
     Release {

@@ -49,6 +49,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
             status,
             older_than,
             limit,
+            tombstones,
         } => {
             let filter = Filter::new()
                 .name(name)
@@ -58,7 +59,8 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
                     StatusArg::Parked => Status::Parked,
                 }))
                 .older_than(older_than)
-                .limit(limit);
+                .limit(limit)
+                .tombstones(tombstones);
             list(&ctx, &filter).await
         }
         Command::Release { key, force } => release(&ctx, &key, force).await,

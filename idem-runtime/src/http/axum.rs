@@ -114,6 +114,7 @@
 //! | 413 | [`problem::BODY_TOO_LARGE`] | the body is above [`IdempotencyLayer::body_limit`] |
 //! | 422 | [`problem::KEY_REUSED`] | the key was used before with another request (method, path, query or body) |
 //! | 423 | [`problem::OUTCOME_UNKNOWN`] | an abandoned attempt's outcome is unknown and the key is parked ([`IdempotencyLayer::on_abandoned`]) until an operator resolves it; do not retry blindly |
+//! | 410 | [`problem::KEY_EXPIRED`] | the key was used and its response expired; its tombstone ([`IdempotencyLayer::tombstone`]) refuses a late retry |
 //! | 500 | [`problem::PRINCIPAL_MISSING`] | no principal and anonymous requests are not allowed |
 //! | 500 | [`problem::INTERNAL`] | a stored response no longer decodes, or the handler's response body failed |
 //! | 503 | [`problem::STORE_UNAVAILABLE`] | the idempotency store failed; retry later (`Retry-After`) |

@@ -68,6 +68,7 @@ pub(super) struct Config {
     pub(super) ttl: Option<Duration>,
     pub(super) lease: Option<Duration>,
     pub(super) wait: Option<Duration>,
+    pub(super) tombstone: Option<Duration>,
     pub(super) retry_after: Duration,
     pub(super) scope: Arc<ScopeFn>,
     pub(super) allow_anonymous: bool,

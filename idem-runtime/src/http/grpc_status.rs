@@ -86,7 +86,11 @@ fn code_of(problem: &Problem) -> Code {
     match problem.type_ {
         problem::IN_PROGRESS => Code::Aborted,
         problem::BODY_TOO_LARGE => Code::ResourceExhausted,
-        problem::KEY_REUSED | problem::OUTCOME_UNKNOWN => Code::FailedPrecondition,
+        // A key reused, used and expired (its tombstone), or parked until an operator decides:
+        // a retry cannot change the answer.
+        problem::KEY_REUSED | problem::KEY_EXPIRED | problem::OUTCOME_UNKNOWN => {
+            Code::FailedPrecondition
+        }
         problem::PRINCIPAL_MISSING | problem::INTERNAL => Code::Internal,
         problem::STORE_UNAVAILABLE
         | problem::OVERLOADED

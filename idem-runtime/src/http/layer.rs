@@ -82,6 +82,7 @@ impl IdempotencyLayer {
                 key_required: true,
                 body_limit: 1 << 20,
                 ttl: None,
+                tombstone: None,
                 lease: None,
                 wait: None,
                 retry_after: Duration::from_secs(1),
@@ -150,6 +151,14 @@ impl IdempotencyLayer {
     /// How long a stored response is replayed (default: the handle's ttl, 24 h).
     pub fn ttl(self, ttl: Duration) -> Self {
         self.with(|c| c.ttl = Some(ttl))
+    }
+
+    /// After the ttl, keep the key's tombstone this long (default: the handle's,
+    /// [`Idem::with_tombstone`](crate::Idem::with_tombstone), none unless set): a late retry
+    /// with the key gets `410 Gone` ([`problem::KEY_EXPIRED`](super::problem::KEY_EXPIRED))
+    /// instead of running the handler again.
+    pub fn tombstone(self, tombstone: Duration) -> Self {
+        self.with(|c| c.tombstone = Some(tombstone))
     }
 
     /// How long a request's claim lives without renewal (default: the handle's lease, 30 s);

@@ -62,6 +62,12 @@
 //! abandoned and the server's reconcile hook could not find out yet whether its effect happened
 //! (the service it asks failed); the request did not run. Retry it later (`Retry-After`) with
 //! the same key: the next attempt asks again.
+//! # Idempotency key expired
+//!
+//! `410 Gone`, [`KEY_EXPIRED`]. The key was used before, and its response is no longer kept
+//! (its TTL passed); the layer keeps a tombstone of it (`IdempotencyLayer::tombstone`), so the
+//! request did not run again. A late retry of an operation that already ran: do not retry it;
+//! use a new key only for a new request.
 //!
 //! # Principal missing
 //!
@@ -121,6 +127,8 @@ pub const KEY_REUSED: &str = problem_type!("idempotency-key-reused");
 pub const OUTCOME_UNKNOWN: &str = problem_type!("outcome-unknown");
 /// 503: an abandoned attempt's outcome could not be reconciled yet; retry later, same key.
 pub const OUTCOME_UNDECIDED: &str = problem_type!("outcome-undecided");
+/// 410: the key was used before and its response expired; its tombstone refuses a late retry.
+pub const KEY_EXPIRED: &str = problem_type!("idempotency-key-expired");
 /// 500: the layer found no principal and anonymous requests are not allowed.
 pub const PRINCIPAL_MISSING: &str = problem_type!("principal-missing");
 /// 500: a stored response no longer decodes, or the handler's response body failed.
@@ -262,6 +270,7 @@ mod tests {
             KEY_REUSED,
             OUTCOME_UNKNOWN,
             OUTCOME_UNDECIDED,
+            KEY_EXPIRED,
             PRINCIPAL_MISSING,
             INTERNAL,
             STORE_UNAVAILABLE,

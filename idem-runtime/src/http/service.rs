@@ -294,6 +294,9 @@ fn idempotent_call(
     if let Some(lease) = config.lease {
         call = call.lease(lease);
     }
+    if let Some(tombstone) = config.tombstone {
+        call = call.tombstone(tombstone);
+    }
     if let Some(wait) = config.wait {
         call = call.wait(wait);
     }
@@ -527,6 +530,13 @@ fn idem_failure(config: &Config, e: Error) -> Problem {
             "an earlier attempt of this request was abandoned and whether its effect happened \
              is unknown; the key is locked until an operator resolves it. Do not retry blindly, \
              and do not resend the operation under a new key",
+        ),
+        Error::Expired { .. } => Problem::new(
+            StatusCode::GONE,
+            problem::KEY_EXPIRED,
+            "Idempotency-Key expired",
+            "this Idempotency-Key was used and its response is no longer kept; the request \
+             did not run again. Use a new key for a new request",
         ),
         Error::Store(e) => {
             tracing::warn!(error = %e, "idem: store failed; answering 503");

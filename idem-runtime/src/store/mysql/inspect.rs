@@ -9,18 +9,23 @@ use crate::store::{BoxFuture, Filter, Inspect, KeyInfo, Stat, State, Status};
 use sqlx::Row;
 
 impl MysqlStore {
-    fn list_sql(&self) -> String {
+    fn list_sql(&self, tombstones: bool) -> String {
         // Columns 0..10 as `record_from` decodes them, without the value (a listing shows its
         // size only), then the key and the size.
         format!(
             "SELECT `name`, `fingerprint`, `token`, `status`, NULL, `created_at`, `expires_at`, \
                     `attempt`, `keep_until`, c.now, `key`, CAST(LENGTH(`value`) AS SIGNED) \
                FROM {r} CROSS JOIN (SELECT {CLOCK} AS now) c \
-              WHERE `expires_at` > c.now AND `created_at` <= c.now - ? \
+              WHERE {listed} AND `created_at` <= c.now - ? \
                 AND (? IS NULL OR `name` = ?) \
                 AND (? IS NULL OR `status` = ?) \
               ORDER BY `created_at`, `key` LIMIT ?",
-            r = self.inner.table.records
+            r = self.inner.table.records,
+            listed = if tombstones {
+                "`status` = 1 AND `expires_at` <= c.now AND `keep_until` > c.now"
+            } else {
+                "`expires_at` > c.now"
+            }
         )
     }
 
@@ -29,6 +34,7 @@ impl MysqlStore {
             "SELECT `name`, \
                     CAST(CASE WHEN `status` = 3 THEN 3 WHEN `expires_at` > c.now THEN `status` \
                               WHEN `status` = 0 AND `keep_until` >= c.now THEN 4 \
+                              WHEN `status` = 1 AND `keep_until` > c.now THEN 5 \
                               ELSE 2 END AS SIGNED), \
                     COUNT(*) \
                FROM {r} CROSS JOIN (SELECT {CLOCK} AS now) c \
@@ -42,7 +48,7 @@ impl Inspect for MysqlStore {
     fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
         Box::pin(async move {
             let status = filter.status.map(Status::as_i16);
-            let rows = sqlx::query(&self.list_sql())
+            let rows = sqlx::query(&self.list_sql(filter.tombstones))
                 .bind(filter.older_than_ms())
                 .bind(filter.name.as_deref())
                 .bind(filter.name.as_deref())

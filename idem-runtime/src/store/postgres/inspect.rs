@@ -43,11 +43,16 @@ impl Inspect for PostgresStore {
                         octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now, \
                         e.attempt, e.keep_until \
                    FROM {r} e, clock \
-                  WHERE e.expires_at > clock.now AND e.created_at <= clock.now - $1 \
+                  WHERE {listed} AND e.created_at <= clock.now - $1 \
                     AND ($2::text IS NULL OR e.name = $2) \
                     AND ($3::smallint IS NULL OR e.status = $3) \
                   ORDER BY e.created_at, e.key LIMIT $4",
-                r = self.inner.table.records
+                r = self.inner.table.records,
+                listed = if filter.tombstones {
+                    "e.status = 1 AND e.expires_at <= clock.now AND e.keep_until > clock.now"
+                } else {
+                    "e.expires_at > clock.now"
+                }
             );
             let rows = sqlx::query(&sql)
                 .bind(filter.older_than_ms())
@@ -98,6 +103,7 @@ impl Inspect for PostgresStore {
                  SELECT e.name, \
                         (CASE WHEN e.status = 3 THEN 3 WHEN e.expires_at > clock.now THEN e.status \
                               WHEN e.status = 0 AND e.keep_until >= clock.now THEN 4 \
+                              WHEN e.status = 1 AND e.keep_until > clock.now THEN 5 \
                               ELSE 2 END)::bigint, \
                         count(*) \
                    FROM {r} e, clock GROUP BY 1, 2 ORDER BY 1, 2",

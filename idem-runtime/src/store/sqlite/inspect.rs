@@ -15,7 +15,12 @@ impl Inspect for SqliteStore {
     fn list<'a>(&'a self, filter: &'a Filter) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
         Box::pin(async move {
             let now = local_now_ms();
-            let rows = sqlx::query(&self.sql.list)
+            let sql = if filter.tombstones {
+                &self.sql.list_tombstones
+            } else {
+                &self.sql.list
+            };
+            let rows = sqlx::query(sql)
                 .bind(now)
                 .bind(now.saturating_sub(filter.older_than_ms()))
                 .bind(filter.name.as_deref())
