@@ -2,6 +2,12 @@
 //! and complete or release; an operator; a purger; a logical clock that advances whenever it
 //! likes. Every store step is one atomic step of [`ModelStore`].
 //!
+//! Abandoned attempts ([`ProtocolModel::abandoned`]): a body makes its effect at a gateway
+//! (another service, which refuses a fencing token below the highest it has seen for the key),
+//! then returns; a claim that takes over an abandoned attempt reruns the body, reconciles (looks
+//! the effect up at the gateway, passing its token) or parks the key; an operator resolves a
+//! parked key from what the gateway holds.
+//!
 //! Ghost state (what really happened, which no store sees) lets the properties say what must
 //! never happen: who holds which token, which completion is the key's live result.
 
@@ -9,6 +15,7 @@ use crate::store::ModelStore;
 use crate::Bug;
 use idem_runtime::key::Digest;
 use idem_runtime::protocol::{decide, decide_existing, is_live, may_forget, Decision};
+use idem_runtime::store::Takeover;
 use idem_runtime::store::{ClaimOutcome, Status};
 use stateright::{Model, Property};
 
@@ -45,6 +52,26 @@ pub struct ProtocolModel {
     pub operator: bool,
     /// The planted bug, if any.
     pub bug: Option<Bug>,
+    /// What a claim that takes over an abandoned attempt does.
+    pub on_abandoned: OnTakeover,
+    /// Bodies make their effect at the gateway (a step of its own, before they return), and
+    /// the effects are checked: with a reconcile or `park`, never two for one key.
+    pub effects: bool,
+    /// An operator who resolves parked keys from what the gateway holds (a stale listing may
+    /// send a verdict twice).
+    pub resolver: bool,
+}
+
+/// What a claim that took over an abandoned attempt does (the function's options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnTakeover {
+    /// `on_abandoned = rerun`: the body runs again.
+    Rerun,
+    /// `reconcile = …`: look the effect up at the gateway by the key; store it if it happened,
+    /// run the body if not, leave the key abandoned if the gateway does not answer.
+    Reconcile,
+    /// `on_abandoned = park`: nothing runs until an operator resolves the key.
+    Park,
 }
 
 impl ProtocolModel {
@@ -74,6 +101,34 @@ impl ProtocolModel {
             complete_retries: 1,
             operator: false,
             bug,
+            on_abandoned: OnTakeover::Rerun,
+            effects: false,
+            resolver: false,
+        }
+    }
+
+    /// The configuration of abandoned attempts CI checks for each choice: three clients with
+    /// the same arguments on one key, one call each, a lease of 1 tick, results kept past the horizon (so a
+    /// second effect is never a legitimate run after the TTL), effects at a fenced gateway, and
+    /// (under `park`) an operator who resolves.
+    pub fn abandoned(on_abandoned: OnTakeover, bug: Option<Bug>) -> ProtocolModel {
+        let same = ClientSpec {
+            key: 0,
+            fingerprint: 0,
+        };
+        ProtocolModel {
+            clients: vec![same; 3],
+            keys: 1,
+            lease: 1,
+            ttl: 10,
+            horizon: 3,
+            calls: 1,
+            complete_retries: 0,
+            operator: false,
+            bug,
+            on_abandoned,
+            effects: true,
+            resolver: on_abandoned == OnTakeover::Park,
         }
     }
 }
@@ -93,6 +148,10 @@ pub enum Outcome {
     InProgress,
     /// Its body returned `Err`, the key was released and no retry was left.
     Failed,
+    /// The key is parked and no retry was left.
+    OutcomeUnknown,
+    /// Its reconcile could not decide (the key left abandoned) and no retry was left.
+    Undecided,
 }
 
 /// Where a client is.
@@ -108,6 +167,18 @@ pub enum Phase {
         token: u64,
         /// A renewal was refused.
         lost: bool,
+        /// It made its effect at the gateway (always true without [`ProtocolModel::effects`]).
+        effected: bool,
+    },
+    /// It took over an abandoned attempt and reconciles under this token.
+    Reconciling {
+        /// The claim's token.
+        token: u64,
+    },
+    /// It took over an abandoned attempt and parks the key under this token.
+    Parking {
+        /// The claim's token.
+        token: u64,
     },
     /// Its body returned this value; the completion is being stored (`tries` answers lost).
     Completing {
@@ -149,6 +220,18 @@ pub struct KeyGhost {
     pub completion: Option<(u8, u8, i64)>,
     /// Every token the key handed out, in order, for property (f).
     pub issued: Vec<u64>,
+    /// The gateway: how many effects it holds for the key, and the value of the first.
+    pub effects: u8,
+    /// The value the gateway holds for the key (what a reconcile or an operator finds).
+    pub effect: Option<u8>,
+    /// The gateway's fence: the highest token it has seen for the key.
+    pub fence: u64,
+    /// The key was parked and not resolved since.
+    pub parked: bool,
+    /// How many verdicts the operator sent for the key.
+    pub resolves: u8,
+    /// The key's last attempt ended with a release (so the next claim is no takeover).
+    pub released: bool,
 }
 
 /// A violation seen while taking a step (ghost flags: a step that breaks a property marks it).
@@ -164,6 +247,20 @@ pub struct Flags {
     pub mismatch_ran: bool,
     /// (f) a claim got a token the key had handed out before.
     pub token_reused: bool,
+    /// (g) a key's effect happened twice although takeovers reconcile or park.
+    pub double_effect: bool,
+    /// (h) a claim took over an attempt that had been released.
+    pub released_taken_over: bool,
+    /// (i) a body (or a reconcile) started on a parked key.
+    pub parked_ran: bool,
+    /// (j) a resolve changed a key that was not parked.
+    pub resolved_unparked: bool,
+    /// Reached: a reconcile found the effect and stored it.
+    pub adopted: bool,
+    /// Reached: a key was parked and then resolved.
+    pub resolved: bool,
+    /// Reached: a rerun made a key's effect twice (the crash window).
+    pub doubled: bool,
 }
 
 /// The model's state.
@@ -192,8 +289,16 @@ pub enum Action {
     Insert(u8),
     /// The lease keeper renews a client's claim.
     Renew(u8),
+    /// A client's body makes its effect at the gateway.
+    Effect(u8),
     /// A client's body returns `Ok` (true) or `Err` (false).
     Return(u8, bool),
+    /// A client's reconcile: the gateway answers (true) or not (false).
+    Reconcile(u8, bool),
+    /// A client parks the key it took over.
+    Park(u8),
+    /// The operator sends a verdict on a parked key, from what the gateway holds.
+    Resolve(u8),
     /// A client's completion; `true` when its answer is lost and it will be retried.
     Complete(u8, bool),
     /// A client's release.
@@ -234,13 +339,21 @@ impl ProtocolModel {
         let ki = self.clients[c as usize].key as usize;
         let now = s.now;
         match decision {
-            Decision::Run { token, .. } => {
-                if s.keys[ki].issued.contains(&token) {
+            Decision::Run { token, takeover } => {
+                let ghost = &mut s.keys[ki];
+                if ghost.issued.contains(&token) {
                     s.flags.token_reused = true;
                 }
-                s.keys[ki].issued.push(token);
-                s.keys[ki].holder = Some((token, c));
-                s.clients[c as usize].phase = Phase::Running { token, lost: false };
+                if takeover.is_some() && ghost.released {
+                    s.flags.released_taken_over = true;
+                }
+                if ghost.parked {
+                    s.flags.parked_ran = true;
+                }
+                ghost.released = false;
+                ghost.issued.push(token);
+                ghost.holder = Some((token, c));
+                s.clients[c as usize].phase = self.run_phase(token, takeover);
             }
             Decision::Replay { value: bytes, .. } => {
                 let expected = s.keys[ki]
@@ -254,10 +367,11 @@ impl ProtocolModel {
                 cl.phase = Phase::Done(Outcome::Replayed);
                 cl.gone_at = Some(now);
             }
-            // This model's calls never park a key, so none answers "outcome unknown"; were one
-            // to, it would not have run the body: as good as in progress for what is checked.
-            Decision::InProgress { .. } | Decision::OutcomeUnknown => {
+            Decision::InProgress { .. } => {
                 self.next_call(&mut s.clients[c as usize], now, Outcome::InProgress)
+            }
+            Decision::OutcomeUnknown => {
+                self.next_call(&mut s.clients[c as usize], now, Outcome::OutcomeUnknown)
             }
             Decision::Mismatch => {
                 let cl = &mut s.clients[c as usize];
@@ -265,6 +379,62 @@ impl ProtocolModel {
                 cl.gone_at = Some(now);
             }
         }
+    }
+
+    /// Where a claim that won the key goes: its body, or (taking over an abandoned attempt)
+    /// the function's choice.
+    fn run_phase(&self, token: u64, takeover: Option<Takeover>) -> Phase {
+        match (takeover, self.on_abandoned) {
+            (Some(_), OnTakeover::Reconcile) => Phase::Reconciling { token },
+            (Some(_), OnTakeover::Park) => Phase::Parking { token },
+            _ => Phase::Running {
+                token,
+                lost: false,
+                effected: !self.effects,
+            },
+        }
+    }
+
+    /// Stores a finished result for client `c` under `token` (a body's, or a reconcile's under
+    /// `fenced = false` when the bug `unfenced_reconcile` is planted), checking (a) and (c)
+    /// against the ghost state; whether the store took it.
+    #[allow(clippy::too_many_arguments)]
+    fn store_result(
+        &self,
+        s: &mut State,
+        c: u8,
+        token: u64,
+        value: u8,
+        retry: bool,
+        fenced: bool,
+    ) -> bool {
+        let now = s.now;
+        let key = self.key_of(c);
+        let ki = self.clients[c as usize].key as usize;
+        let before = s.store.raw(&key).cloned();
+        let stored = if !fenced {
+            s.store.complete_unfenced(&key, token, &[value], self.ttl, now)
+        } else if retry {
+            s.store.complete_again(&key, token, &[value], self.ttl, now)
+        } else {
+            s.store.complete(&key, token, &[value], self.ttl, now)
+        };
+        let wrote = s.store.raw(&key) != before.as_ref();
+        if wrote {
+            let held = matches!(&before,
+                Some(r) if r.token == token && r.status == Status::InProgress)
+                && s.keys[ki].holder == Some((token, c));
+            if !held {
+                s.flags.foreign_completion = true;
+            }
+            if matches!(s.keys[ki].completion,
+                Some((other, _, until)) if other != c && is_live(until, now))
+            {
+                s.flags.double_completion = true;
+            }
+            s.keys[ki].completion = Some((c, value, now + self.ttl));
+        }
+        stored
     }
 
     /// Flags (e) when a body is about to run beside a live record of other arguments.
@@ -317,12 +487,30 @@ impl Model for ProtocolModel {
                     actions.push(Action::Insert(c));
                     actions.push(Action::Crash(c));
                 }
-                Phase::Running { lost, .. } => {
+                Phase::Running { lost, effected, .. } => {
                     if !lost {
                         actions.push(Action::Renew(c));
                     }
-                    actions.push(Action::Return(c, true));
-                    actions.push(Action::Return(c, false));
+                    if effected {
+                        actions.push(Action::Return(c, true));
+                    } else {
+                        actions.push(Action::Effect(c));
+                    }
+                    // With effects, a body fails only before its effect: an `Err` after it
+                    // would be the function's own choice to release it.
+                    if !effected || !self.effects {
+                        actions.push(Action::Return(c, false));
+                    }
+                    actions.push(Action::Crash(c));
+                }
+                Phase::Reconciling { .. } => {
+                    actions.push(Action::Renew(c));
+                    actions.push(Action::Reconcile(c, true));
+                    actions.push(Action::Reconcile(c, false));
+                    actions.push(Action::Crash(c));
+                }
+                Phase::Parking { .. } => {
+                    actions.push(Action::Park(c));
                     actions.push(Action::Crash(c));
                 }
                 Phase::Completing { tries, .. } => {
@@ -341,6 +529,16 @@ impl Model for ProtocolModel {
                     actions.push(Action::Crash(c));
                 }
                 Phase::Crashed | Phase::Done(_) => {}
+            }
+        }
+        if self.resolver {
+            for k in 0..self.keys {
+                // The operator acts on a listing of parked keys, which may be stale: a verdict
+                // may be sent again after the key was resolved.
+                let ghost = &s.keys[k as usize];
+                if (ghost.parked || ghost.resolves > 0) && ghost.resolves < 2 {
+                    actions.push(Action::Resolve(k));
+                }
             }
         }
         if self.operator {
@@ -399,15 +597,134 @@ impl Model for ProtocolModel {
             Action::Renew(c) => {
                 let key = self.key_of(c);
                 match s.clients[c as usize].phase {
-                    Phase::Running { token, .. } => {
+                    Phase::Running {
+                        token, effected, ..
+                    } => {
                         if !s.store.renew(&key, token, self.lease, now) {
-                            s.clients[c as usize].phase = Phase::Running { token, lost: true };
+                            s.clients[c as usize].phase = Phase::Running {
+                                token,
+                                lost: true,
+                                effected,
+                            };
                         }
                     }
-                    Phase::Completing { token, .. } => {
+                    Phase::Completing { token, .. } | Phase::Reconciling { token } => {
                         s.store.renew(&key, token, self.lease, now);
                     }
                     _ => return None,
+                }
+            }
+            Action::Effect(c) => {
+                let Phase::Running { token, lost, .. } = s.clients[c as usize].phase else {
+                    return None;
+                };
+                let value = self.value_of(&s, c);
+                let ghost = &mut s.keys[self.clients[c as usize].key as usize];
+                if token < ghost.fence {
+                    // The gateway refuses a stale token: the body fails, and its release
+                    // is refused in turn (the key is no longer its).
+                    s.clients[c as usize].phase = Phase::Releasing { token };
+                } else {
+                    ghost.fence = token;
+                    ghost.effects += 1;
+                    if ghost.effects > 1 {
+                        if self.on_abandoned == OnTakeover::Rerun {
+                            s.flags.doubled = true;
+                        } else {
+                            s.flags.double_effect = true;
+                        }
+                    }
+                    ghost.effect.get_or_insert(value);
+                    s.clients[c as usize].phase = Phase::Running {
+                        token,
+                        lost,
+                        effected: true,
+                    };
+                }
+            }
+            Action::Reconcile(c, answered) => {
+                let Phase::Reconciling { token } = s.clients[c as usize].phase else {
+                    return None;
+                };
+                let key = self.key_of(c);
+                let ki = self.clients[c as usize].key as usize;
+                if s.keys[ki].parked {
+                    s.flags.parked_ran = true;
+                }
+                if !answered {
+                    // Undecided: the key is left abandoned for the next call to reconcile.
+                    s.store.abandon(&key, token, now);
+                    self.next_call(&mut s.clients[c as usize], now, Outcome::Undecided);
+                    return Some(s);
+                }
+                // The look-up passes the attempt's token: from now on the gateway refuses the
+                // abandoned attempt, were it only frozen and to wake up.
+                let ghost = &mut s.keys[ki];
+                ghost.fence = ghost.fence.max(token);
+                match ghost.effect {
+                    Some(value) => {
+                        let fenced = self.bug != Some(Bug::UnfencedReconcile);
+                        let stored = self.store_result(&mut s, c, token, value, false, fenced);
+                        if stored {
+                            s.flags.adopted = true;
+                        }
+                        let cl = &mut s.clients[c as usize];
+                        cl.phase = Phase::Done(if stored {
+                            Outcome::Stored
+                        } else {
+                            Outcome::LeaseLost
+                        });
+                        cl.gone_at = Some(now);
+                    }
+                    None => {
+                        s.clients[c as usize].phase = Phase::Running {
+                            token,
+                            lost: false,
+                            effected: false,
+                        }
+                    }
+                }
+            }
+            Action::Park(c) => {
+                let Phase::Parking { token } = s.clients[c as usize].phase else {
+                    return None;
+                };
+                let ki = self.clients[c as usize].key as usize;
+                if s.store.park(&self.key_of(c), token, now) {
+                    s.keys[ki].parked = true;
+                    self.next_call(&mut s.clients[c as usize], now, Outcome::OutcomeUnknown);
+                } else {
+                    let cl = &mut s.clients[c as usize];
+                    cl.phase = Phase::Done(Outcome::LeaseLost);
+                    cl.gone_at = Some(now);
+                }
+            }
+            Action::Resolve(k) => {
+                let key = digest(k);
+                let parked_token = s.store.get(&key, now).map(|r| r.token).unwrap_or(0);
+                let ghost = &mut s.keys[k as usize];
+                ghost.resolves += 1;
+                // The operator looks the effect up at the gateway with the parked record's
+                // token, as a reconcile does: a frozen holder cannot make it afterwards.
+                ghost.fence = ghost.fence.max(parked_token);
+                let effect = ghost.effect;
+                let was_parked = ghost.parked;
+                let applied = effect.map(|v| ([v], self.ttl));
+                let resolved = s
+                    .store
+                    .resolve(&key, applied.as_ref().map(|(v, t)| (&v[..], *t)), now);
+                if let idem_runtime::store::Resolved::Done(_) = resolved {
+                    if !was_parked {
+                        s.flags.resolved_unparked = true;
+                    }
+                    let ghost = &mut s.keys[k as usize];
+                    ghost.parked = false;
+                    s.flags.resolved = true;
+                    match effect {
+                        // The operator's verdict is the key's result from now on.
+                        Some(v) => ghost.completion = Some((u8::MAX, v, now + self.ttl)),
+                        None => ghost.released = true,
+                    }
                 }
             }
             Action::Return(c, ok) => {
@@ -433,29 +750,7 @@ impl Model for ProtocolModel {
                 else {
                     return None;
                 };
-                let key = self.key_of(c);
-                let ki = self.clients[c as usize].key as usize;
-                let before = s.store.raw(&key).cloned();
-                let stored = if tries == 0 {
-                    s.store.complete(&key, token, &[value], self.ttl, now)
-                } else {
-                    s.store.complete_again(&key, token, &[value], self.ttl, now)
-                };
-                let wrote = s.store.raw(&key) != before.as_ref();
-                if wrote {
-                    let held = matches!(&before,
-                        Some(r) if r.token == token && r.status == Status::InProgress)
-                        && s.keys[ki].holder == Some((token, c));
-                    if !held {
-                        s.flags.foreign_completion = true;
-                    }
-                    if matches!(s.keys[ki].completion,
-                        Some((other, _, until)) if other != c && is_live(until, now))
-                    {
-                        s.flags.double_completion = true;
-                    }
-                    s.keys[ki].completion = Some((c, value, now + self.ttl));
-                }
+                let stored = self.store_result(&mut s, c, token, value, tries > 0, true);
                 let cl = &mut s.clients[c as usize];
                 if answer_lost {
                     cl.phase = Phase::Completing {
@@ -477,7 +772,11 @@ impl Model for ProtocolModel {
                 let Phase::Releasing { token } = s.clients[c as usize].phase else {
                     return None;
                 };
-                s.store.release(&self.key_of(c), token, now);
+                // Tracked with effects only: the standard configuration's state space stays as
+                // it was (its (h) holds vacuously; the abandoned configurations check it).
+                if s.store.release(&self.key_of(c), token, now) && self.effects {
+                    s.keys[self.clients[c as usize].key as usize].released = true;
+                }
                 self.next_call(&mut s.clients[c as usize], now, Outcome::Failed);
             }
             Action::Crash(c) => {
@@ -488,7 +787,10 @@ impl Model for ProtocolModel {
             Action::ForceRelease(k) => {
                 s.store.force_release(&digest(k), now);
                 // The operator's decision: the key's result is forgotten on purpose.
-                s.keys[k as usize].completion = None;
+                let ghost = &mut s.keys[k as usize];
+                ghost.completion = None;
+                ghost.parked = false;
+                ghost.released = self.effects;
             }
             Action::Purge => {
                 s.store.purge_expired(now);
@@ -498,7 +800,7 @@ impl Model for ProtocolModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "(a) a completion is stored only by the holder of the current token",
                 |_, s: &State| !s.flags.foreign_completion,
@@ -524,6 +826,97 @@ impl Model for ProtocolModel {
                 "(f) a key never hands out the same token twice",
                 |_, s: &State| !s.flags.token_reused,
             ),
+            Property::always(
+                "(h) a takeover follows only an abandoned attempt, never a released one",
+                |_, s: &State| !s.flags.released_taken_over,
+            ),
+            Property::always(
+                "(i) a parked key runs no body and no reconcile until it is resolved",
+                |_, s: &State| !s.flags.parked_ran,
+            ),
+            Property::always(
+                "(j) a resolve changes only a parked key",
+                |_, s: &State| !s.flags.resolved_unparked,
+            ),
+        ];
+        if self.effects {
+            properties.extend(self.abandoned_properties());
+        } else {
+            properties.extend(standard_reachability());
+        }
+        properties
+    }
+
+    fn within_boundary(&self, s: &State) -> bool {
+        s.now <= self.horizon
+    }
+}
+
+impl ProtocolModel {
+    /// The properties of abandoned attempts (with effects at the gateway): what each choice
+    /// guarantees, and what it reaches.
+    fn abandoned_properties(&self) -> Vec<Property<Self>> {
+        let mut properties = vec![Property::sometimes(
+            "a result is stored",
+            |_, s: &State| {
+                s.clients
+                    .iter()
+                    .any(|c| c.phase == Phase::Done(Outcome::Stored))
+            },
+        )];
+        match self.on_abandoned {
+            OnTakeover::Rerun => properties.push(Property::sometimes(
+                "rerun: a key's effect happens twice (the crash window)",
+                |_, s: &State| s.flags.doubled,
+            )),
+            OnTakeover::Reconcile => {
+                properties.push(Property::always(
+                    "(g) with a reconcile, a key's effect never happens twice",
+                    |_, s: &State| !s.flags.double_effect,
+                ));
+                properties.push(Property::sometimes(
+                    "a reconcile finds the effect and stores it",
+                    |_, s: &State| s.flags.adopted,
+                ));
+                properties.push(Property::sometimes(
+                    "a reconcile finds no effect and the body runs",
+                    |_, s: &State| {
+                        s.keys.iter().any(|k| k.effects == 1)
+                            && s.keys.iter().any(|k| k.issued.len() >= 2)
+                            && s.clients
+                                .iter()
+                                .any(|c| c.phase == Phase::Done(Outcome::Stored))
+                            && !s.flags.adopted
+                    },
+                ));
+            }
+            OnTakeover::Park => {
+                properties.push(Property::always(
+                    "(g) with park, a key's effect never happens twice",
+                    |_, s: &State| !s.flags.double_effect,
+                ));
+                properties.push(Property::sometimes(
+                    "a key is parked and resolved",
+                    |_, s: &State| s.flags.resolved,
+                ));
+                properties.push(Property::sometimes(
+                    "a parked key answers outcome unknown",
+                    |_, s: &State| {
+                        s.clients
+                            .iter()
+                            .any(|c| c.phase == Phase::Done(Outcome::OutcomeUnknown))
+                    },
+                ));
+            }
+        }
+        properties
+    }
+}
+
+/// What the standard configuration must reach: without these the properties could hold
+/// vacuously.
+fn standard_reachability() -> Vec<Property<ProtocolModel>> {
+    vec![
             // Reachability: without these the properties above could hold vacuously.
             Property::sometimes("a result is stored and replayed", |_, s: &State| {
                 s.clients
@@ -553,12 +946,7 @@ impl Model for ProtocolModel {
                     .count()
                     >= 2
             }),
-        ]
-    }
-
-    fn within_boundary(&self, s: &State) -> bool {
-        s.now <= self.horizon
-    }
+    ]
 }
 
 /// (b), on the store: a live completed record holds the value of the key's live result.
