@@ -413,7 +413,8 @@ impl ProtocolModel {
         let ki = self.clients[c as usize].key as usize;
         let before = s.store.raw(&key).cloned();
         let stored = if !fenced {
-            s.store.complete_unfenced(&key, token, &[value], self.ttl, now)
+            s.store
+                .complete_unfenced(&key, token, &[value], self.ttl, now)
         } else if retry {
             s.store.complete_again(&key, token, &[value], self.ttl, now)
         } else {
@@ -710,9 +711,9 @@ impl Model for ProtocolModel {
                 let effect = ghost.effect;
                 let was_parked = ghost.parked;
                 let applied = effect.map(|v| ([v], self.ttl));
-                let resolved = s
-                    .store
-                    .resolve(&key, applied.as_ref().map(|(v, t)| (&v[..], *t)), now);
+                let resolved =
+                    s.store
+                        .resolve(&key, applied.as_ref().map(|(v, t)| (&v[..], *t)), now);
                 if let idem_runtime::store::Resolved::Done(_) = resolved {
                     if !was_parked {
                         s.flags.resolved_unparked = true;
@@ -834,10 +835,9 @@ impl Model for ProtocolModel {
                 "(i) a parked key runs no body and no reconcile until it is resolved",
                 |_, s: &State| !s.flags.parked_ran,
             ),
-            Property::always(
-                "(j) a resolve changes only a parked key",
-                |_, s: &State| !s.flags.resolved_unparked,
-            ),
+            Property::always("(j) a resolve changes only a parked key", |_, s: &State| {
+                !s.flags.resolved_unparked
+            }),
         ];
         if self.effects {
             properties.extend(self.abandoned_properties());
@@ -856,14 +856,11 @@ impl ProtocolModel {
     /// The properties of abandoned attempts (with effects at the gateway): what each choice
     /// guarantees, and what it reaches.
     fn abandoned_properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![Property::sometimes(
-            "a result is stored",
-            |_, s: &State| {
-                s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Stored))
-            },
-        )];
+        let mut properties = vec![Property::sometimes("a result is stored", |_, s: &State| {
+            s.clients
+                .iter()
+                .any(|c| c.phase == Phase::Done(Outcome::Stored))
+        })];
         match self.on_abandoned {
             OnTakeover::Rerun => properties.push(Property::sometimes(
                 "rerun: a key's effect happens twice (the crash window)",
@@ -917,35 +914,35 @@ impl ProtocolModel {
 /// vacuously.
 fn standard_reachability() -> Vec<Property<ProtocolModel>> {
     vec![
-            // Reachability: without these the properties above could hold vacuously.
-            Property::sometimes("a result is stored and replayed", |_, s: &State| {
+        // Reachability: without these the properties above could hold vacuously.
+        Property::sometimes("a result is stored and replayed", |_, s: &State| {
+            s.clients
+                .iter()
+                .any(|c| c.phase == Phase::Done(Outcome::Stored))
+                && s.clients
+                    .iter()
+                    .any(|c| c.phase == Phase::Done(Outcome::Replayed))
+        }),
+        Property::sometimes(
+            "a stalled attempt is taken over and fenced",
+            |_, s: &State| {
                 s.clients
                     .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Stored))
-                    && s.clients
-                        .iter()
-                        .any(|c| c.phase == Phase::Done(Outcome::Replayed))
-            }),
-            Property::sometimes(
-                "a stalled attempt is taken over and fenced",
-                |_, s: &State| {
-                    s.clients
-                        .iter()
-                        .any(|c| c.phase == Phase::Done(Outcome::LeaseLost))
-                },
-            ),
-            Property::sometimes("a mismatch is refused", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Mismatch))
-            }),
-            Property::sometimes("a key runs again after its TTL", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .filter(|c| c.phase == Phase::Done(Outcome::Stored))
-                    .count()
-                    >= 2
-            }),
+                    .any(|c| c.phase == Phase::Done(Outcome::LeaseLost))
+            },
+        ),
+        Property::sometimes("a mismatch is refused", |_, s: &State| {
+            s.clients
+                .iter()
+                .any(|c| c.phase == Phase::Done(Outcome::Mismatch))
+        }),
+        Property::sometimes("a key runs again after its TTL", |_, s: &State| {
+            s.clients
+                .iter()
+                .filter(|c| c.phase == Phase::Done(Outcome::Stored))
+                .count()
+                >= 2
+        }),
     ]
 }
 

@@ -116,8 +116,7 @@ impl ModelStore {
         let takeover = old
             .filter(|r| {
                 abandoned(r.status, r.expires_at, r.keep_until, now)
-                    || (self.bug == Some(Bug::ReleasedAsAbandoned)
-                        && r.status == Status::Released)
+                    || (self.bug == Some(Bug::ReleasedAsAbandoned) && r.status == Status::Released)
             })
             .map(|r| Takeover {
                 attempt: r.attempt + 1,

@@ -42,7 +42,11 @@ fn protocol_model() {
 /// happened twice (the crash window, which a rerun does not close), and breaks nothing else.
 #[test]
 fn abandoned_rerun() {
-    check(ProtocolModel::abandoned(OnTakeover::Rerun, None), None, 1_000);
+    check(
+        ProtocolModel::abandoned(OnTakeover::Rerun, None),
+        None,
+        1_000,
+    );
 }
 
 /// With a reconcile that looks the effect up at the gateway (passing its token): never two
@@ -60,7 +64,11 @@ fn abandoned_reconcile() {
 /// runs nothing until resolved; a stale second verdict changes nothing.
 #[test]
 fn abandoned_park() {
-    check(ProtocolModel::abandoned(OnTakeover::Park, None), None, 1_000);
+    check(
+        ProtocolModel::abandoned(OnTakeover::Park, None),
+        None,
+        1_000,
+    );
 }
 
 /// Checks every state of `model`: no violation, every reachability property reached, at
