@@ -37,11 +37,15 @@ pub enum Bug {
     /// A resolve applies to whatever record is there: a second verdict overwrites the first
     /// one's completed result.
     ResolveOverwritesCompleted,
+    /// A reconcile looks the effect up without passing its token downstream: an attempt that
+    /// was only frozen makes its effect after the look-up found none, and the takeover makes
+    /// it again (the limit docs/crash-window.md describes).
+    LookupWithoutToken,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::UnfencedComplete,
         Bug::CheckThenInsert,
         Bug::TokenNotBumpedOnTakeover,
@@ -51,6 +55,7 @@ impl Bug {
         Bug::ReleasedAsAbandoned,
         Bug::ParkedRunsBody,
         Bug::ResolveOverwritesCompleted,
+        Bug::LookupWithoutToken,
     ];
 
     /// Whether the bug lives in abandoned attempts (reconcile, park, resolve): the
@@ -62,6 +67,7 @@ impl Bug {
                 | Bug::ReleasedAsAbandoned
                 | Bug::ParkedRunsBody
                 | Bug::ResolveOverwritesCompleted
+                | Bug::LookupWithoutToken
         )
     }
 
@@ -77,6 +83,7 @@ impl Bug {
             Bug::ReleasedAsAbandoned => "released_as_abandoned",
             Bug::ParkedRunsBody => "parked_runs_body",
             Bug::ResolveOverwritesCompleted => "resolve_overwrites_completed",
+            Bug::LookupWithoutToken => "lookup_without_token",
         }
     }
 

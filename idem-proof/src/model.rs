@@ -661,7 +661,9 @@ impl Model for ProtocolModel {
                 // The look-up passes the attempt's token: from now on the gateway refuses the
                 // abandoned attempt, were it only frozen and to wake up.
                 let ghost = &mut s.keys[ki];
-                ghost.fence = ghost.fence.max(token);
+                if self.bug != Some(Bug::LookupWithoutToken) {
+                    ghost.fence = ghost.fence.max(token);
+                }
                 match ghost.effect {
                     Some(value) => {
                         let fenced = self.bug != Some(Bug::UnfencedReconcile);

@@ -8,7 +8,7 @@ use stateright::{Checker, HasDiscoveries, Model};
 /// the violated properties, having printed each counterexample.
 fn violations(bug: Bug) -> Vec<&'static str> {
     let model = match bug {
-        Bug::UnfencedReconcile | Bug::ReleasedAsAbandoned => {
+        Bug::UnfencedReconcile | Bug::ReleasedAsAbandoned | Bug::LookupWithoutToken => {
             ProtocolModel::abandoned(OnTakeover::Reconcile, Some(bug))
         }
         Bug::ParkedRunsBody | Bug::ResolveOverwritesCompleted => {
@@ -101,6 +101,13 @@ fn parked_runs_body_is_caught() {
 #[test]
 fn resolve_overwrites_completed_is_caught() {
     assert_caught(Bug::ResolveOverwritesCompleted, "(j)");
+}
+
+/// A reconcile that does not pass its token downstream: a frozen holder that wakes after the
+/// look-up found nothing makes its effect, and so does the takeover.
+#[test]
+fn lookup_without_token_is_caught() {
+    assert_caught(Bug::LookupWithoutToken, "(g)");
 }
 
 #[test]
