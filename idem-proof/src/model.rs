@@ -367,7 +367,9 @@ impl ProtocolModel {
                 cl.phase = Phase::Done(Outcome::Replayed);
                 cl.gone_at = Some(now);
             }
-            Decision::InProgress { .. } => {
+            // This model keeps no tombstones, so no call answers "expired"; were one to, it
+            // would not have run the body: as good as in progress for what is checked.
+            Decision::InProgress { .. } | Decision::Expired { .. } => {
                 self.next_call(&mut s.clients[c as usize], now, Outcome::InProgress)
             }
             Decision::OutcomeUnknown => {

@@ -8,8 +8,8 @@
 //!   asserts what is deterministic: a key's rows are one per attempt that died inside the window
 //!   (its effect made, its result not stored) plus the one that completed.
 //! * `reconcile`: the reconcile looks the gateway row up by `current_key()`: no key has two.
-//! * `park`: no key has two; the parked keys are exactly the keys whose worker died holding the
-//!   claim (the ones inside the window among them); an operator's resolve, from the gateway,
+//! * `park`: no key has two; the parked keys (`Inspect::parked`, what `idem pending` lists) are
+//!   exactly the keys whose worker died holding the claim (the ones inside the window among them); an operator's resolve, from the gateway,
 //!   then lets every key finish with one effect.
 //!
 //! Which attempts died inside the window is read after each kill, while no worker runs: the
@@ -408,9 +408,12 @@ async fn run(job: Job) {
             assert!(doubled.is_empty(), "keys with two effects: {doubled:?}");
             let parked: BTreeSet<i64> = {
                 let by_digest: HashMap<_, _> = (0..KEYS).map(|k| (digest(&job.ns, k), k)).collect();
+                // What `idem pending` lists.
                 store
-                    .list(&job.ns, Status::Parked)
+                    .inspect
+                    .parked(Some(&job.ns), 10 * KEYS as usize)
                     .await
+                    .expect("list the parked keys")
                     .iter()
                     .map(|info| by_digest[&info.key])
                     .collect()

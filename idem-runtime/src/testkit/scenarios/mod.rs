@@ -11,15 +11,19 @@ mod abandoned;
 mod calls;
 mod failures;
 mod operators;
+mod sizes;
 mod steps;
 mod takeovers;
+mod tombstones;
 
 pub use abandoned::*;
 pub use calls::*;
 pub use failures::*;
 pub use operators::*;
+pub use sizes::*;
 pub use steps::*;
 pub use takeovers::*;
+pub use tombstones::*;
 
 async fn charge(
     idem: &Idem,
