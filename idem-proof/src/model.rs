@@ -15,9 +15,12 @@ use crate::store::ModelStore;
 use crate::Bug;
 use idem_runtime::key::Digest;
 use idem_runtime::protocol::{decide, decide_existing, is_live, may_forget, Decision};
-use idem_runtime::store::Takeover;
 use idem_runtime::store::{ClaimOutcome, Status};
 use stateright::{Model, Property};
+
+mod abandoned;
+mod properties;
+pub use abandoned::OnTakeover;
 
 /// The namespace every modelled key lives in.
 const NAME: &str = "model";
@@ -62,18 +65,6 @@ pub struct ProtocolModel {
     pub resolver: bool,
 }
 
-/// What a claim that took over an abandoned attempt does (the function's options).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OnTakeover {
-    /// `on_abandoned = rerun`: the body runs again.
-    Rerun,
-    /// `reconcile = …`: look the effect up at the gateway by the key; store it if it happened,
-    /// run the body if not, leave the key abandoned if the gateway does not answer.
-    Reconcile,
-    /// `on_abandoned = park`: nothing runs until an operator resolves the key.
-    Park,
-}
-
 impl ProtocolModel {
     /// The configuration CI checks: three clients on one key (two with the same arguments, one
     /// with others) and one on a second key, a lease of 2 ticks and a TTL of 3.
@@ -104,31 +95,6 @@ impl ProtocolModel {
             on_abandoned: OnTakeover::Rerun,
             effects: false,
             resolver: false,
-        }
-    }
-
-    /// The configuration of abandoned attempts CI checks for each choice: three clients with
-    /// the same arguments on one key, one call each, a lease of 1 tick, results kept past the horizon (so a
-    /// second effect is never a legitimate run after the TTL), effects at a fenced gateway, and
-    /// (under `park`) an operator who resolves.
-    pub fn abandoned(on_abandoned: OnTakeover, bug: Option<Bug>) -> ProtocolModel {
-        let same = ClientSpec {
-            key: 0,
-            fingerprint: 0,
-        };
-        ProtocolModel {
-            clients: vec![same; 3],
-            keys: 1,
-            lease: 1,
-            ttl: 10,
-            horizon: 3,
-            calls: 1,
-            complete_retries: 0,
-            operator: false,
-            bug,
-            on_abandoned,
-            effects: true,
-            resolver: on_abandoned == OnTakeover::Park,
         }
     }
 }
@@ -383,20 +349,6 @@ impl ProtocolModel {
         }
     }
 
-    /// Where a claim that won the key goes: its body, or (taking over an abandoned attempt)
-    /// the function's choice.
-    fn run_phase(&self, token: u64, takeover: Option<Takeover>) -> Phase {
-        match (takeover, self.on_abandoned) {
-            (Some(_), OnTakeover::Reconcile) => Phase::Reconciling { token },
-            (Some(_), OnTakeover::Park) => Phase::Parking { token },
-            _ => Phase::Running {
-                token,
-                lost: false,
-                effected: !self.effects,
-            },
-        }
-    }
-
     /// Stores a finished result for client `c` under `token` (a body's, or a reconcile's under
     /// `fenced = false` when the bug `unfenced_reconcile` is planted), checking (a) and (c)
     /// against the ghost state; whether the store took it.
@@ -617,121 +569,10 @@ impl Model for ProtocolModel {
                     _ => return None,
                 }
             }
-            Action::Effect(c) => {
-                let Phase::Running { token, lost, .. } = s.clients[c as usize].phase else {
-                    return None;
-                };
-                let value = self.value_of(&s, c);
-                let ghost = &mut s.keys[self.clients[c as usize].key as usize];
-                if token < ghost.fence {
-                    // The gateway refuses a stale token: the body fails, and its release
-                    // is refused in turn (the key is no longer its).
-                    s.clients[c as usize].phase = Phase::Releasing { token };
-                } else {
-                    ghost.fence = token;
-                    ghost.effects += 1;
-                    if ghost.effects > 1 {
-                        if self.on_abandoned == OnTakeover::Rerun {
-                            s.flags.doubled = true;
-                        } else {
-                            s.flags.double_effect = true;
-                        }
-                    }
-                    ghost.effect.get_or_insert(value);
-                    s.clients[c as usize].phase = Phase::Running {
-                        token,
-                        lost,
-                        effected: true,
-                    };
-                }
-            }
-            Action::Reconcile(c, answered) => {
-                let Phase::Reconciling { token } = s.clients[c as usize].phase else {
-                    return None;
-                };
-                let key = self.key_of(c);
-                let ki = self.clients[c as usize].key as usize;
-                if s.keys[ki].parked {
-                    s.flags.parked_ran = true;
-                }
-                if !answered {
-                    // Undecided: the key is left abandoned for the next call to reconcile.
-                    s.store.abandon(&key, token, now);
-                    self.next_call(&mut s.clients[c as usize], now, Outcome::Undecided);
-                    return Some(s);
-                }
-                // The look-up passes the attempt's token: from now on the gateway refuses the
-                // abandoned attempt, were it only frozen and to wake up.
-                let ghost = &mut s.keys[ki];
-                if self.bug != Some(Bug::LookupWithoutToken) {
-                    ghost.fence = ghost.fence.max(token);
-                }
-                match ghost.effect {
-                    Some(value) => {
-                        let fenced = self.bug != Some(Bug::UnfencedReconcile);
-                        let stored = self.store_result(&mut s, c, token, value, false, fenced);
-                        if stored {
-                            s.flags.adopted = true;
-                        }
-                        let cl = &mut s.clients[c as usize];
-                        cl.phase = Phase::Done(if stored {
-                            Outcome::Stored
-                        } else {
-                            Outcome::LeaseLost
-                        });
-                        cl.gone_at = Some(now);
-                    }
-                    None => {
-                        s.clients[c as usize].phase = Phase::Running {
-                            token,
-                            lost: false,
-                            effected: false,
-                        }
-                    }
-                }
-            }
-            Action::Park(c) => {
-                let Phase::Parking { token } = s.clients[c as usize].phase else {
-                    return None;
-                };
-                let ki = self.clients[c as usize].key as usize;
-                if s.store.park(&self.key_of(c), token, now) {
-                    s.keys[ki].parked = true;
-                    self.next_call(&mut s.clients[c as usize], now, Outcome::OutcomeUnknown);
-                } else {
-                    let cl = &mut s.clients[c as usize];
-                    cl.phase = Phase::Done(Outcome::LeaseLost);
-                    cl.gone_at = Some(now);
-                }
-            }
-            Action::Resolve(k) => {
-                let key = digest(k);
-                let parked_token = s.store.get(&key, now).map(|r| r.token).unwrap_or(0);
-                let ghost = &mut s.keys[k as usize];
-                ghost.resolves += 1;
-                // The operator looks the effect up at the gateway with the parked record's
-                // token, as a reconcile does: a frozen holder cannot make it afterwards.
-                ghost.fence = ghost.fence.max(parked_token);
-                let effect = ghost.effect;
-                let was_parked = ghost.parked;
-                let applied = effect.map(|v| ([v], self.ttl));
-                let resolved =
-                    s.store
-                        .resolve(&key, applied.as_ref().map(|(v, t)| (&v[..], *t)), now);
-                if let idem_runtime::store::Resolved::Done(_) = resolved {
-                    if !was_parked {
-                        s.flags.resolved_unparked = true;
-                    }
-                    let ghost = &mut s.keys[k as usize];
-                    ghost.parked = false;
-                    s.flags.resolved = true;
-                    match effect {
-                        // The operator's verdict is the key's result from now on.
-                        Some(v) => ghost.completion = Some((u8::MAX, v, now + self.ttl)),
-                        None => ghost.released = true,
-                    }
-                }
-            }
+            Action::Effect(c) => self.effect(&mut s, c)?,
+            Action::Reconcile(c, answered) => self.reconcile(&mut s, c, answered)?,
+            Action::Park(c) => self.park(&mut s, c)?,
+            Action::Resolve(k) => self.resolve(&mut s, k)?,
             Action::Return(c, ok) => {
                 let Phase::Running { token, .. } = s.clients[c as usize].phase else {
                     return None;
@@ -805,184 +646,10 @@ impl Model for ProtocolModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![
-            Property::always(
-                "(a) a completion is stored only by the holder of the current token",
-                |_, s: &State| !s.flags.foreign_completion,
-            ),
-            Property::always(
-                "(b) while a completed record is live every call replays its value",
-                |m, s: &State| !s.flags.replay_differs && live_results_match(m, s),
-            ),
-            Property::always(
-                "(c) two bodies of one key never both complete",
-                |_, s: &State| !s.flags.double_completion,
-            ),
-            Property::always(
-                "(d) no key stays in progress past its lease once its holder is gone",
-                no_orphan_outlives_its_lease,
-            ),
-            Property::always("(e) a mismatch never runs a body", |_, s: &State| {
-                !s.flags.mismatch_ran
-            }),
-            // Fencing rests on it: a token handed out twice lets the first holder renew,
-            // complete or release the second one's claim.
-            Property::always(
-                "(f) a key never hands out the same token twice",
-                |_, s: &State| !s.flags.token_reused,
-            ),
-            Property::always(
-                "(h) a takeover follows only an abandoned attempt, never a released one",
-                |_, s: &State| !s.flags.released_taken_over,
-            ),
-            Property::always(
-                "(i) a parked key runs no body and no reconcile until it is resolved",
-                |_, s: &State| !s.flags.parked_ran,
-            ),
-            Property::always("(j) a resolve changes only a parked key", |_, s: &State| {
-                !s.flags.resolved_unparked
-            }),
-        ];
-        if self.effects {
-            properties.extend(self.abandoned_properties());
-        } else {
-            properties.extend(standard_reachability());
-        }
-        properties
+        properties::all(self)
     }
 
     fn within_boundary(&self, s: &State) -> bool {
         s.now <= self.horizon
     }
-}
-
-impl ProtocolModel {
-    /// The properties of abandoned attempts (with effects at the gateway): what each choice
-    /// guarantees, and what it reaches.
-    fn abandoned_properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![Property::sometimes("a result is stored", |_, s: &State| {
-            s.clients
-                .iter()
-                .any(|c| c.phase == Phase::Done(Outcome::Stored))
-        })];
-        match self.on_abandoned {
-            OnTakeover::Rerun => properties.push(Property::sometimes(
-                "rerun: a key's effect happens twice (the crash window)",
-                |_, s: &State| s.flags.doubled,
-            )),
-            OnTakeover::Reconcile => {
-                properties.push(Property::always(
-                    "(g) with a reconcile, a key's effect never happens twice",
-                    |_, s: &State| !s.flags.double_effect,
-                ));
-                properties.push(Property::sometimes(
-                    "a reconcile finds the effect and stores it",
-                    |_, s: &State| s.flags.adopted,
-                ));
-                properties.push(Property::sometimes(
-                    "a reconcile finds no effect and the body runs",
-                    |_, s: &State| {
-                        s.keys.iter().any(|k| k.effects == 1)
-                            && s.keys.iter().any(|k| k.issued.len() >= 2)
-                            && s.clients
-                                .iter()
-                                .any(|c| c.phase == Phase::Done(Outcome::Stored))
-                            && !s.flags.adopted
-                    },
-                ));
-            }
-            OnTakeover::Park => {
-                properties.push(Property::always(
-                    "(g) with park, a key's effect never happens twice",
-                    |_, s: &State| !s.flags.double_effect,
-                ));
-                properties.push(Property::sometimes(
-                    "a key is parked and resolved",
-                    |_, s: &State| s.flags.resolved,
-                ));
-                properties.push(Property::sometimes(
-                    "a parked key answers outcome unknown",
-                    |_, s: &State| {
-                        s.clients
-                            .iter()
-                            .any(|c| c.phase == Phase::Done(Outcome::OutcomeUnknown))
-                    },
-                ));
-            }
-        }
-        properties
-    }
-}
-
-/// What the standard configuration must reach: without these the properties could hold
-/// vacuously.
-fn standard_reachability() -> Vec<Property<ProtocolModel>> {
-    vec![
-        // Reachability: without these the properties above could hold vacuously.
-        Property::sometimes("a result is stored and replayed", |_, s: &State| {
-            s.clients
-                .iter()
-                .any(|c| c.phase == Phase::Done(Outcome::Stored))
-                && s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Replayed))
-        }),
-        Property::sometimes(
-            "a stalled attempt is taken over and fenced",
-            |_, s: &State| {
-                s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::LeaseLost))
-            },
-        ),
-        Property::sometimes("a mismatch is refused", |_, s: &State| {
-            s.clients
-                .iter()
-                .any(|c| c.phase == Phase::Done(Outcome::Mismatch))
-        }),
-        Property::sometimes("a key runs again after its TTL", |_, s: &State| {
-            s.clients
-                .iter()
-                .filter(|c| c.phase == Phase::Done(Outcome::Stored))
-                .count()
-                >= 2
-        }),
-    ]
-}
-
-/// (b), on the store: a live completed record holds the value of the key's live result.
-fn live_results_match(m: &ProtocolModel, s: &State) -> bool {
-    (0..m.keys).all(|k| {
-        let Some(r) = s.store.get(&digest(k), s.now) else {
-            return true;
-        };
-        if r.status != Status::Completed {
-            return true;
-        }
-        match s.keys[k as usize].completion {
-            Some((_, v, _)) => r.value.as_deref() == Some(&[v][..]),
-            None => false,
-        }
-    })
-}
-
-/// (d): an in-progress record whose holder has crashed or returned is live at most one lease
-/// past that moment.
-fn no_orphan_outlives_its_lease(m: &ProtocolModel, s: &State) -> bool {
-    (0..m.keys).all(|k| {
-        let Some(r) = s.store.get(&digest(k), s.now) else {
-            return true;
-        };
-        if r.status != Status::InProgress {
-            return true;
-        }
-        let holder = match s.keys[k as usize].holder {
-            Some((token, c)) if token == r.token => c,
-            _ => return true,
-        };
-        match s.clients[holder as usize].gone_at {
-            Some(gone) => r.expires_at <= gone + m.lease,
-            None => true,
-        }
-    })
 }
