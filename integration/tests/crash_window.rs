@@ -26,9 +26,10 @@ use idem::store::{Filter, Inspect, KeyInfo, Status};
 use idem::{Error, Idem, OnAbandoned, Outcome, Resolution};
 use pg_common::{unique_table, Rng};
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +39,8 @@ const KILLS: usize = 50;
 const IN_FLIGHT: usize = 8;
 /// The lease of every call: short, so that the next workers take abandoned keys over.
 const LEASE: Duration = Duration::from_millis(800);
-/// How long after a kill the test reads what the kill left.
-const SETTLE: Duration = Duration::from_millis(100);
+/// How long after a kill (and its backends' end) the test reads what the kill left.
+const SETTLE: Duration = Duration::from_millis(30);
 /// Where a worker finds its job.
 const JOB: &str = "IDEM_CRASH_WINDOW_JOB";
 
@@ -80,12 +81,18 @@ struct Store {
 }
 
 impl Store {
-    async fn open(job: &Job) -> Store {
+    /// `worker`: its PostgreSQL connections carry the run's name (see [`settle`]).
+    async fn open(job: &Job, worker: bool) -> Store {
         match job.backend {
             Backend::Postgres => {
                 let store = PostgresOptions::from_url(&job.pg_url)
                     .unwrap()
                     .table(&job.table)
+                    .application_name(if worker {
+                        job.table.clone()
+                    } else {
+                        format!("{}-test", job.table)
+                    })
                     .max_connections(IN_FLIGHT as u32 + 2)
                     .connect()
                     .await
@@ -129,12 +136,38 @@ impl Store {
     }
 }
 
-async fn gateway_pool(url: &str) -> PgPool {
+/// The gateway's connections carry the run's name, so that the test can tell when a dead
+/// worker's are gone.
+async fn gateway_pool(job: &Job) -> PgPool {
+    let options = PgConnectOptions::from_str(&job.pg_url)
+        .expect("a PostgreSQL URL")
+        .application_name(&job.table);
     PgPoolOptions::new()
         .max_connections(IN_FLIGHT as u32 + 2)
-        .connect(url)
+        .connect_with(options)
         .await
         .expect("connect to the gateway's database")
+}
+
+/// Waits until the server has ended every backend of a dead worker: a backend finishes the
+/// statement it was running (a claim, the effect, a completion) before it notices the closed
+/// connection, so what the kill left is settled only then. The test's own connections are named
+/// otherwise. Redis runs each command whole as it arrives: a short pause settles it.
+async fn settle(admin: &PgPool, job: &Job) {
+    let started = Instant::now();
+    loop {
+        let left: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(&job.table)
+                .fetch_one(admin)
+                .await
+                .unwrap();
+        if left == 0 || started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(SETTLE).await;
 }
 
 /// The digest the store keeps for key `k` of namespace `ns`.
@@ -203,8 +236,8 @@ async fn call_once(
 /// A worker process: every key in random order, over and over, `IN_FLIGHT` at a time, until it
 /// is killed. A key in flight elsewhere (or abandoned and not yet lapsed) or parked is skipped.
 async fn worker(job: Job) {
-    let store = Store::open(&job).await;
-    let gateway = gateway_pool(&job.pg_url).await;
+    let store = Store::open(&job, true).await;
+    let gateway = gateway_pool(&job).await;
     let idem = store.idem();
     let tasks: Vec<_> = (0..IN_FLIGHT)
         .map(|t| {
@@ -303,7 +336,12 @@ async fn recovery_pass(store: &Store, gateway: &PgPool, job: &Job) -> BTreeSet<i
 
 /// One run: fifty kills, a recovery pass, the run's assertions and figures.
 async fn run(job: Job) {
-    let gateway = gateway_pool(&job.pg_url).await;
+    // The test's own connections (its store's, for the recovery pass, are named by the store).
+    let gateway = PgPoolOptions::new()
+        .max_connections(IN_FLIGHT as u32 + 2)
+        .connect(&job.pg_url)
+        .await
+        .expect("connect to the gateway's database");
     sqlx::query(&format!(
         "CREATE TABLE \"{}\" (key TEXT NOT NULL, k BIGINT NOT NULL, token BIGINT NOT NULL, \
          pid BIGINT NOT NULL)",
@@ -316,7 +354,7 @@ async fn run(job: Job) {
         .execute(&gateway)
         .await
         .unwrap();
-    let store = Store::open(&job).await;
+    let store = Store::open(&job, false).await;
 
     let started = Instant::now();
     let mut rng = Rng::new();
@@ -343,9 +381,7 @@ async fn run(job: Job) {
             "the worker ran to its end: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // The server finishes what the dead worker had sent (a claim, the effect, a
-        // completion) before it notices the closed connection: read once that has settled.
-        tokio::time::sleep(SETTLE).await;
+        settle(&gateway, &job).await;
         read_deaths(&store, &gateway, &job, &mut deaths).await;
     }
     let killing = started.elapsed();

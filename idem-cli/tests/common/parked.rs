@@ -143,8 +143,15 @@ pub async fn parked_keys_are_listed_and_resolved(
     assert_eq!(replay.into_inner(), 4200);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
-    // Not applied: the retry runs the body, as a first attempt would.
-    let json = run(&["--json", "resolve", name, "order-2", "--not-applied"]);
+    // Not applied, by the digest `pending` lists (a namespace given beside it must be the
+    // record's): the retry runs the body, as a first attempt would.
+    let hex = digest("order-2");
+    let elsewhere = run(&["resolve", "refunds.v1", "--digest", &hex, "--not-applied"]);
+    assert!(elsewhere
+        .expect(1, "another namespace")
+        .stderr
+        .contains("Nothing was changed"));
+    let json = run(&["--json", "resolve", "--digest", &hex, "--not-applied"]);
     assert_eq!(
         json.expect(0, "resolve --not-applied").json()["resolved"],
         "not-applied"
