@@ -5,6 +5,7 @@
 
 mod begin;
 mod finish;
+pub(crate) mod resuming;
 mod takeover;
 
 use crate::context::{self, CallContext, Recovery, CURRENT};
@@ -92,6 +93,8 @@ struct Setup {
     on_abandoned: OnAbandoned,
     /// The body starts with a reconcile ([`Call::reconcile`], `reconcile = …`).
     reconciles: bool,
+    /// A resumable call's encoded arguments, kept with its claim (`#[idempotent(resume)]`).
+    resume_args: Option<Result<Vec<u8>, Error>>,
 }
 
 /// An idempotent call being set up: see [`Idem::call`].
@@ -137,6 +140,8 @@ pub(crate) struct Prepared {
     wait: Option<Duration>,
     on_abandoned: OnAbandoned,
     reconciles: bool,
+    /// A resumable call's arguments as stored (sealed as results are).
+    resume_args: Option<Vec<u8>>,
 }
 
 impl Call {
@@ -216,6 +221,14 @@ impl Call {
         self
     }
 
+    /// Makes this call resumable: `args` (the function's arguments but the skipped ones) are
+    /// encoded now and kept with the claim, for a resumer to call the function again with them
+    /// if this attempt is abandoned (`#[idempotent(resume)]`).
+    pub(crate) fn resumable<A: Serialize + ?Sized>(mut self, args: &A) -> Self {
+        self.0.resume_args = Some(crate::codec::encode_args(args));
+        self
+    }
+
     /// The namespace as written.
     pub(crate) fn name(&self) -> &Cow<'static, str> {
         &self.0.name
@@ -264,6 +277,10 @@ impl Call {
                  on_abandoned = park does not apply (remove one of them)"
             )));
         }
+        let resume_args = match setup.resume_args {
+            Some(args) => Some(idem.codec().seal(RESUME_ARGS, &name, &key, args?)?),
+            None => None,
+        };
         Ok(Prepared {
             idem,
             name,
@@ -276,6 +293,7 @@ impl Call {
             wait,
             on_abandoned: setup.on_abandoned,
             reconciles: setup.reconciles,
+            resume_args,
         })
     }
 
@@ -353,6 +371,12 @@ impl Call {
             } => (token, sent, takeover),
             Begun::Done(done) => return done,
         };
+        if let Some(args) = &call.resume_args {
+            call.keep_args(store, obs, token, args).await?;
+        }
+        if takeover.is_some() {
+            resuming::note_takeover(&call.key);
+        }
         let recovery = match takeover {
             Some(takeover) => call.take_over(&mut exec, obs, token, takeover).await?,
             None => None,
@@ -388,7 +412,30 @@ impl Call {
     }
 }
 
+/// The "type" a resumable call's stored arguments are sealed and opened as.
+pub(crate) const RESUME_ARGS: &str = "the arguments of a resumable call";
+
 impl Prepared {
+    /// Keeps a resumable call's arguments with its claim; on a failure the claim is released
+    /// (nothing was run) and the error returned.
+    async fn keep_args(
+        &self,
+        store: &dyn crate::store::Store,
+        obs: &mut Obs,
+        token: u64,
+        args: &[u8],
+    ) -> Result<(), Error> {
+        match obs.store("keep_args", store.keep_args(&self.key, token, args)).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.lease_lost(token)),
+            Err(e) => {
+                let mut exec: &dyn crate::store::Store = store;
+                self.release(&mut exec, obs, token, None).await;
+                Err(e)
+            }
+        }
+    }
+
     /// The logical call the body runs in: what `current_key()` reads and steps nest under.
     pub(crate) fn context(&self, token: u64, recovery: Option<Recovery>) -> CallContext {
         CallContext {

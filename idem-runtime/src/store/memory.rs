@@ -434,6 +434,31 @@ impl Store for MemoryStore {
         }
         Box::pin(std::future::ready(Ok(out)))
     }
+
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let ok = self.fenced(key, token, |st, _| {
+            if let Some(e) = st.entries.get_mut(key) {
+                e.value = Some(args.into());
+            }
+        });
+        Box::pin(std::future::ready(Ok(ok)))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        let mut rows = self.records();
+        rows.retain(|r| names.contains(&r.name.as_str()));
+        let rows = super::resume::finish_abandoned(rows, limit);
+        Box::pin(std::future::ready(Ok(rows)))
+    }
 }
 
 impl Inspect for MemoryStore {
