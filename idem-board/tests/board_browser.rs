@@ -130,7 +130,9 @@ async fn browser(port: u16, profile: &std::path::Path) -> Client {
 
 fn screenshots() -> PathBuf {
     let dir = match std::env::var_os("IDEM_BOARD_SCREENSHOTS") {
-        Some(dir) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(dir),
+        Some(dir) => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dir),
         None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("board"),
     };
     std::fs::create_dir_all(&dir).expect("the screenshots' folder");

@@ -425,7 +425,10 @@ impl Prepared {
         token: u64,
         args: &[u8],
     ) -> Result<(), Error> {
-        match obs.store("keep_args", store.keep_args(&self.key, token, args)).await {
+        match obs
+            .store("keep_args", store.keep_args(&self.key, token, args))
+            .await
+        {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.lease_lost(token)),
             Err(e) => {

@@ -251,6 +251,21 @@ pub mod resume {
         call.resumable(args)
     }
 
+    /// What a resumable function's stored argument must be to be stored.
+    #[diagnostic::on_unimplemented(
+        message = "argument of type `{Self}` is stored for `resume`, but it is not `Serialize`",
+        label = "a resumable function's arguments are stored with the claim",
+        note = "derive `serde::Serialize` (and `Deserialize`) for it, or add it to `skip(...)` and give the resumer one with `.provide(value)`"
+    )]
+    pub trait StoredOut {}
+    impl<T: Serialize + ?Sized> StoredOut for T {}
+
+    /// Checks one stored argument at its span (see [`StoredOut`]).
+    #[inline(always)]
+    pub fn stored<T: StoredOut + ?Sized>(v: &T) -> &T {
+        v
+    }
+
     /// A stored argument of a resumable function: it is kept with the claim and decoded again
     /// when a resumer calls the function.
     #[diagnostic::on_unimplemented(

@@ -7,6 +7,7 @@
 //! undecided, the key is left abandoned for the next call to reconcile again); without one the
 //! function's [`OnAbandoned`] reruns the body or parks the key until an operator resolves it.
 
+use super::resuming::{self, AfterFailure};
 use super::{Call, Failed, Outcome, Prepared, Ran};
 use crate::codec;
 use crate::context::{self, Reconciled, Recovery, CURRENT};
@@ -14,7 +15,6 @@ use crate::error::Error;
 use crate::handle::Idem;
 use crate::lease::Held;
 use crate::observe::{Ended, Obs};
-use super::resuming::{self, AfterFailure};
 use crate::policy::{ErrorPolicy, OnAbandoned, OnError, ReleaseErrors};
 use crate::store::{Executor, Resolve, Resolved, Status, Takeover};
 use serde::{de::DeserializeOwned, Serialize};

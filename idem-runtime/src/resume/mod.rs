@@ -20,7 +20,7 @@ mod registry;
 mod worker;
 
 pub use provided::Provided;
-pub use registry::{registered, Need, ResumeFn, Resumable, Resumed};
+pub use registry::{registered, Need, Resumable, ResumeFn, Resumed};
 pub use worker::{Pass, ResumerHandle};
 
 use crate::error::Error;

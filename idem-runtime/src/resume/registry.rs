@@ -66,4 +66,3 @@ inventory::collect!(Resumable);
 pub fn registered() -> impl Iterator<Item = &'static Resumable> {
     inventory::iter::<Resumable>.into_iter()
 }
-

@@ -133,12 +133,7 @@ impl Worker {
             return Went::Skipped;
         };
         let codec = self.idem.codec();
-        let opened = codec.open(
-            crate::call::RESUME_ARGS,
-            &record.name,
-            &record.key,
-            stored,
-        );
+        let opened = codec.open(crate::call::RESUME_ARGS, &record.name, &record.key, stored);
         let plain = match opened {
             Ok(plain) => plain,
             Err(e) => return self.park_undecodable(record, &e).await,
