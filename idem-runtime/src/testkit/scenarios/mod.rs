@@ -11,6 +11,7 @@ mod abandoned;
 mod calls;
 mod failures;
 mod operators;
+mod resume;
 mod steps;
 mod takeovers;
 
@@ -18,6 +19,7 @@ pub use abandoned::*;
 pub use calls::*;
 pub use failures::*;
 pub use operators::*;
+pub use resume::*;
 pub use steps::*;
 pub use takeovers::*;
 
