@@ -372,7 +372,8 @@ impl Call {
             Begun::Done(done) => return done,
         };
         if let Some(args) = &call.resume_args {
-            call.keep_args(store, obs, token, args).await?;
+            call.keep_args(store, obs, token, args, takeover.is_some())
+                .await?;
         }
         if takeover.is_some() {
             resuming::note_takeover(&call.key);
@@ -416,14 +417,16 @@ impl Call {
 pub(crate) const RESUME_ARGS: &str = "the arguments of a resumable call";
 
 impl Prepared {
-    /// Keeps a resumable call's arguments with its claim; on a failure the claim is released
-    /// (nothing was run) and the error returned.
+    /// Keeps a resumable call's arguments with its claim; on a failure nothing was run and the
+    /// error is returned: a first attempt's claim is released, a takeover's is abandoned again
+    /// (its claim kept the arguments it took over, for the next resumer).
     async fn keep_args(
         &self,
         store: &dyn crate::store::Store,
         obs: &mut Obs,
         token: u64,
         args: &[u8],
+        took_over: bool,
     ) -> Result<(), Error> {
         match obs
             .store("keep_args", store.keep_args(&self.key, token, args))
@@ -431,6 +434,10 @@ impl Prepared {
         {
             Ok(true) => Ok(()),
             Ok(false) => Err(self.lease_lost(token)),
+            Err(e) if took_over => {
+                let _ = obs.store("abandon", store.abandon(&self.key, token)).await;
+                Err(e)
+            }
             Err(e) => {
                 let mut exec: &dyn crate::store::Store = store;
                 self.release(&mut exec, obs, token, None).await;

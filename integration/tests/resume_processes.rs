@@ -297,9 +297,9 @@ fn undecodable_arguments_park_the_key(url: &str) {
         args.extend_from_slice(format!(r#"["{}", "forty-two", "/dev/null"]"#, run.run).as_bytes());
         assert!(idem.store().keep_args(&key, token, &args).await.unwrap());
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let resumer = idem.resumer().only([NAME]);
-        let pass = resumer.run_once().await.unwrap();
-        assert!(pass.parked >= 1, "{pass:?}");
+        // This resumer parks it, or one of a concurrent test's resumer processes (same store,
+        // same function) did first.
+        idem.resumer().only([NAME]).run_once().await.unwrap();
         let record = idem.store().get(&key).await.unwrap().expect("parked, live");
         assert_eq!(record.status, Status::Parked);
     });

@@ -246,6 +246,10 @@ impl MemoryStore {
                 abandoned_at: e.created_at,
             });
         let token = next_token(previous.map(|e| e.token), now);
+        // A takeover keeps a resumable call's arguments (see `store::resume`).
+        let kept = previous
+            .filter(|_| takeover.is_some())
+            .and_then(|e| e.value.clone());
         let expires_at = now.saturating_add(millis(c.lease));
         let keep_until = super::claim_keep_until(now, &c);
         st.entries.insert(
@@ -255,7 +259,7 @@ impl MemoryStore {
                 fingerprint: *c.fingerprint,
                 token,
                 status: Status::InProgress,
-                value: None,
+                value: kept,
                 created_at: now,
                 expires_at,
                 attempt: takeover.map_or(1, |t| t.attempt),

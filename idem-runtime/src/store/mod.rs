@@ -274,9 +274,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Atomically: if this token holds the record, keep `args` (a resumable call's encoded
     /// arguments) as its value while it is in progress, and return `true`; otherwise change
-    /// nothing, `false`. A completion replaces them with the result; a takeover's claim clears
-    /// them, and the attempt that took over keeps them again. See [`resume`] for how each store
-    /// finds them. The default: this store cannot resume calls.
+    /// nothing, `false`. A completion replaces them with the result; a claim that takes the
+    /// record over as abandoned keeps them. See [`resume`] for how each store finds them. The
+    /// default: this store cannot resume calls.
     fn keep_args<'a>(
         &'a self,
         key: &'a Digest,

@@ -3,9 +3,10 @@
 //! A resumable call keeps its encoded (and, with encryption, sealed) arguments as the value of
 //! its in-progress record ([`Store::keep_args`](super::Store::keep_args), fenced by the claim's
 //! token, right after the claim). A completion replaces them with the result, a release ends
-//! the record, and a takeover's claim clears them until the attempt that took over keeps them
-//! again. So the calls a resumer looks for are exactly the **abandoned records that hold a
-//! value**: in progress, lease lapsed, still kept ([`crate::protocol::abandoned`]).
+//! the record, and a claim that takes an abandoned record over keeps them (so a resumer that
+//! dies right after its takeover leaves the call abandoned with its arguments, for another).
+//! So the calls a resumer looks for are exactly the **abandoned records that hold a value**:
+//! in progress, lease lapsed, still kept ([`crate::protocol::abandoned`]).
 //!
 //! How each store finds them ([`Store::abandoned_calls`](super::Store::abandoned_calls)),
 //! without reading every record:

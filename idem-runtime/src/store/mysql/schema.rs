@@ -147,11 +147,12 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
         Migration {
             version: 3,
             description: "resumable calls: the index a resumer reads abandoned calls from",
-            // No partial indexes on MySQL or MariaDB: in-progress rows by name in lease order,
+            // No partial indexes on MySQL or MariaDB: in-progress rows by name in lease order
+            // (the name's first 191 characters: it is a TEXT column),
             // which a resumer reads from the lapsed end. Run again after a crash before its
             // version row, it finds the index and goes on (`run_ddl`).
             sql: format!(
-                "ALTER TABLE {records} ADD KEY {resume_idx} (`status`, `name`, `expires_at`)",
+                "ALTER TABLE {records} ADD KEY {resume_idx} (`status`, `name`(191), `expires_at`)",
                 records = t.records,
                 resume_idx = t.keep_idx.replace("_keep_idx", "_resume_idx"),
             ),

@@ -52,9 +52,7 @@ impl PostgresStore {
         .map_err(|e| pg_error("abandoned_calls", e))?;
         rows.iter()
             .map(|row| {
-                let key: Vec<u8> = row
-                    .try_get(0)
-                    .map_err(|e| pg_error("abandoned_calls", e))?;
+                let key: Vec<u8> = row.try_get(0).map_err(|e| pg_error("abandoned_calls", e))?;
                 let key = Digest::from_slice(&key).ok_or_else(|| {
                     Error::store_kind(
                         super::BACKEND,

@@ -86,7 +86,9 @@ impl Statements {
                  VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6, ?9, ?7) \
                  ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
                  fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
-                 status = 0, value = NULL, created_at = excluded.created_at, \
+                 status = 0, value = CASE WHEN {t}.status = 0 AND \
+                 {t}.keep_until >= excluded.created_at THEN {t}.value END, \
+                 created_at = excluded.created_at, \
                  expires_at = excluded.expires_at, attempt = excluded.attempt, \
                  keep_until = excluded.keep_until \
                  WHERE {t}.expires_at <= excluded.created_at AND {t}.token IS ?8 \

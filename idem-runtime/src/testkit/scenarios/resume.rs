@@ -86,8 +86,9 @@ pub async fn abandoned_calls_lists_only_abandoned_records_with_arguments(idem: I
     assert_eq!(both.len(), 3, "{both:?}");
 }
 
-/// A takeover's claim clears the kept arguments (the record is live again, then abandoned
-/// without them) until the attempt that took over keeps them again.
+/// A takeover's claim keeps the arguments (a resumer that dies right after taking a call over
+/// leaves it abandoned with them, for another), and the attempt that took over may keep them
+/// anew.
 pub async fn a_takeover_keeps_arguments_again(idem: Idem) {
     let store = idem.store();
     let name = unique("resume-takeover");
@@ -98,7 +99,16 @@ pub async fn a_takeover_keeps_arguments_again(idem: Idem) {
 
     let (again, token) = claimed(store, &name, "k", SHORT_LEASE).await;
     assert_eq!(again, key);
-    assert!(abandoned(store, &[&name], 10).await.is_empty());
+    assert!(
+        abandoned(store, &[&name], 10).await.is_empty(),
+        "live again"
+    );
+    let live = store.get(&key).await.unwrap().expect("live");
+    assert_eq!(
+        live.value.as_deref(),
+        Some(&b"v1"[..]),
+        "kept by the takeover"
+    );
     assert!(store.keep_args(&key, token, b"v2").await.unwrap());
     tokio::time::sleep(LAPSE).await;
     let found = abandoned(store, &[&name], 10).await;
