@@ -60,6 +60,7 @@ async fn raw(s: &Setup, mode: Mode, i: u64) {
         sqlx::query(&s.complete)
             .bind(&n.to_be_bytes()[..])
             .bind(86_400_000i64)
+            .bind(0i64) // no tombstone
             .bind(&key[..])
             .bind(token as i64)
             .execute(&s.pool)

@@ -60,6 +60,7 @@ async fn raw_same(s: &Setup, mode: Mode, i: u64) {
             .bind(&n.to_be_bytes()[..])
             .bind(86_400_000i64)
             .bind(&*s.channel)
+            .bind(0i64) // no tombstone
             .fetch_optional(&s.pool)
             .await
             .unwrap();

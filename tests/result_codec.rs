@@ -268,6 +268,7 @@ mod encryption {
                 token,
                 value: a.value.as_deref().unwrap(),
                 ttl: Duration::from_secs(60),
+                tombstone: std::time::Duration::ZERO,
             };
             assert!(store.complete(done).await.unwrap());
             assert_eq!(

@@ -15,8 +15,10 @@
 
 mod auth;
 mod counts;
+mod key;
 mod outbox;
 mod pages;
+mod parked;
 mod routes;
 mod time;
 

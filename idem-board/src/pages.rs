@@ -19,7 +19,7 @@ pre{background:#fff;border:1px solid #e3e6ea;padding:10px;overflow:auto;max-heig
 .cards{display:flex;gap:12px;flex-wrap:wrap}.card{background:#fff;border:1px solid #e3e6ea;
 padding:10px 16px;min-width:140px}.card b{display:block;font-size:22px}
 .state{padding:1px 8px;border-radius:9px;font-size:12px;white-space:nowrap}
-.in_progress{background:#fff1c2}.completed{background:#d8f3dc}.expired{background:#e9ecef}
+.in_progress{background:#fff1c2}.parked{background:#ffe3c2}.abandoned{background:#ffd8a8}.completed{background:#d8f3dc}.expired{background:#e9ecef}
 .dead{background:#ffd6d6}.pending{background:#fff1c2}
 .notice{background:#e7f5ff;border:1px solid #a5d8ff;padding:8px 12px;margin-bottom:12px}
 .error{background:#fff0f0;border:1px solid #ffa8a8;padding:8px 12px;margin-bottom:12px}
@@ -28,7 +28,7 @@ border-radius:4px;cursor:pointer;text-decoration:none;font-size:13px;display:inl
 button.danger,.button.danger{background:#e03131}.muted{color:#6c757d}
 .filters{display:flex;gap:12px;align-items:end;margin-bottom:12px;flex-wrap:wrap}
 .filters label{display:flex;flex-direction:column;font-size:12px;color:#495057}
-input,select{padding:5px 8px;border:1px solid #ced4da;border-radius:4px}
+input,select,textarea{padding:5px 8px;border:1px solid #ced4da;border-radius:4px}
 dl{display:grid;grid-template-columns:180px 1fr;gap:4px 16px;background:#fff;padding:12px;
 border:1px solid #e3e6ea}dt{color:#495057}dd{margin:0}
 ";
@@ -50,6 +50,7 @@ pub(crate) fn page(app: &App, title: &str, body: Markup) -> Markup {
                     a href="/" { "Overview" }
                     a href="/keys" { "Keys" }
                     a href="/keys?state=in_progress" { "In progress" }
+                    a href="/parked" { "Parked" }
                     @if app.outbox.is_some() {
                         a href="/outbox" { "Outbox" }
                     }

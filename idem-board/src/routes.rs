@@ -3,36 +3,45 @@
 
 use crate::auth;
 use crate::counts::{self, SOON};
+use crate::key::{self, parent_of};
 use crate::pages::{self, confirm, page, state};
 use crate::time::{span, utc};
-use crate::App;
-use axum::extract::{Path, Query, Request, State};
+use crate::{parked, App};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Form, Router};
-use idem::admin::{self, Cursor, Filter, KeyInfo, PageQuery, StoredValue};
+use idem::admin::{self, Cursor, Filter, KeyInfo, PageQuery};
 use idem::key::Digest;
 use idem::outbox::{ListFilter, MessageState};
-use idem::store::{Record, Status};
-use idem::{CodecErrorKind, Error};
+use idem::store::Status;
+use idem::Error;
 use maud::{html, Markup};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-type Shared = State<Arc<App>>;
+pub(crate) type Shared = State<Arc<App>>;
 
 /// Records per page of a listing.
-const PAGE: usize = 50;
+pub(crate) const PAGE: usize = 50;
 
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(overview))
         .route("/keys", get(keys))
-        .route("/keys/{hex}", get(key_page))
-        .route("/keys/{hex}/release", get(confirm_release).post(release))
+        .route("/keys/{hex}", get(key::key_page))
+        .route(
+            "/keys/{hex}/release",
+            get(key::confirm_release).post(key::release),
+        )
+        .route("/parked", get(parked::parked))
+        .route(
+            "/keys/{hex}/resolve",
+            get(parked::confirm_resolve).post(parked::resolve),
+        )
         .route("/purge", get(confirm_purge).post(purge))
         .route("/outbox", get(outbox))
         .route("/outbox/retry", get(confirm_retry).post(retry))
@@ -81,12 +90,12 @@ async fn guard(State(app): Shared, req: Request, next: Next) -> Response {
     response
 }
 
-fn html(markup: Markup) -> Response {
+pub(crate) fn html(markup: Markup) -> Response {
     Html(markup.into_string()).into_response()
 }
 
 /// A failed read or action, as a page.
-fn failure(app: &App, e: &Error) -> Response {
+pub(crate) fn failure(app: &App, e: &Error) -> Response {
     let body = html! {
         h1 { "The store answered with an error" }
         div.error { (app.scrub(e)) }
@@ -99,7 +108,7 @@ fn failure(app: &App, e: &Error) -> Response {
         .into_response()
 }
 
-fn forbidden(app: &App) -> Response {
+pub(crate) fn forbidden(app: &App) -> Response {
     let body = html! {
         h1 { "Refused" }
         div.error { "This action's form is out of date or did not come from this board: \
@@ -112,7 +121,7 @@ fn forbidden(app: &App) -> Response {
         .into_response()
 }
 
-async fn not_found(State(app): Shared) -> Response {
+pub(crate) async fn not_found(State(app): Shared) -> Response {
     let body = html! { h1 { "Not found" } p { a href="/" { "Back to the overview" } } };
     (
         StatusCode::NOT_FOUND,
@@ -124,13 +133,13 @@ async fn not_found(State(app): Shared) -> Response {
 /// What a finished action left to say, from fixed words only (nothing of the request is
 /// echoed).
 #[derive(Deserialize, Default)]
-struct Done {
+pub(crate) struct Done {
     done: Option<String>,
     n: Option<u64>,
 }
 
 impl Done {
-    fn notice(&self) -> Option<Markup> {
+    pub(crate) fn notice(&self) -> Option<Markup> {
         let n = self.n.unwrap_or(0);
         let text = match self.done.as_deref()? {
             "released" => {
@@ -139,29 +148,33 @@ impl Done {
             "not_live" => "Nothing released: the key had no live record.".to_string(),
             "purged" => format!("Purged {n} expired records."),
             "retried" => format!("{n} dead letters are back in the queue."),
+            "applied" => "Resolved as applied: every call with this key gets the value.".into(),
+            "not_applied" => "Resolved as not applied: the next call runs the body.".into(),
+            "not_parked" => "Nothing resolved: the key is not parked.".to_string(),
             _ => return None,
         };
         Some(html! { div.notice id="notice" { (text) } })
     }
 }
 
-fn key_state(status: Status, expires_at: i64, keep_until: i64, now: i64) -> Markup {
+pub(crate) fn key_state(status: Status, expires_at: i64, keep_until: i64, now: i64) -> Markup {
     match admin::State::of(status, expires_at, keep_until, now) {
         admin::State::InProgress => state("in_progress", "in progress"),
         admin::State::Completed => state("completed", "completed"),
         admin::State::Parked => state("parked", "parked"),
         admin::State::Abandoned => state("abandoned", "abandoned"),
+        admin::State::Tombstone => state("expired", "tombstone"),
         _ => state("expired", "expired"),
     }
 }
 
-fn short(key: &Digest) -> String {
+pub(crate) fn short(key: &Digest) -> String {
     let hex = key.to_hex();
     format!("{}…", &hex[..16])
 }
 
 /// Rows of records: key, namespace, state, token, claimed, expires, size.
-fn records_table(rows: &[KeyInfo], id: &str) -> Markup {
+pub(crate) fn records_table(rows: &[KeyInfo], id: &str) -> Markup {
     html! {
         table id=(id) {
             tr {
@@ -221,6 +234,7 @@ async fn overview(State(app): Shared, Query(done): Query<Done>) -> Response {
             div.card id="total-in-progress" { b { (sum(|s| s.in_progress)) } "in progress" }
             div.card id="total-completed" { b { (sum(|s| s.completed)) } "completed" }
             div.card id="total-expired" { b { (sum(|s| s.expired)) } "expired, awaiting purge" }
+            div.card id="total-parked" { b { (sum(|s| s.parked)) } a href="/parked" { "parked, awaiting a resolve" } }
             div.card { b { (sum(|s| s.expiring_soon)) } "expiring within " (span(SOON.as_millis() as i64)) }
             div.card id="oldest" {
                 @match oldest {
@@ -291,7 +305,7 @@ async fn overview(State(app): Shared, Query(done): Query<Done>) -> Response {
     html(page(&app, "Overview", body))
 }
 
-fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
@@ -304,7 +318,7 @@ struct ListQuery {
     after: Option<String>,
 }
 
-fn given(s: &Option<String>) -> Option<&str> {
+pub(crate) fn given(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
@@ -322,6 +336,7 @@ async fn keys(State(app): Shared, Query(q): Query<ListQuery>) -> Response {
         None => None,
         Some("in_progress") => Some(Status::InProgress),
         Some("completed") => Some(Status::Completed),
+        Some("parked") => Some(Status::Parked),
         Some(_) => {
             problems.push("unknown state: showing every state");
             None
@@ -375,6 +390,7 @@ async fn keys(State(app): Shared, Query(q): Query<ListQuery>) -> Response {
                 option value="" { "any" }
                 option value="in_progress" selected[selected("in_progress")] { "in progress" }
                 option value="completed" selected[selected("completed")] { "completed" }
+                option value="parked" selected[selected("parked")] { "parked" }
             } }
             label { "claimed at least … ago" input name="older_than" id="f-age" value=(given(&q.older_than).unwrap_or_default()) placeholder="10m"; }
             button type="submit" id="filter" { "Filter" }
@@ -389,152 +405,12 @@ async fn keys(State(app): Shared, Query(q): Query<ListQuery>) -> Response {
     html(page(&app, "Keys", body))
 }
 
-fn digest(hex: &str) -> Option<Digest> {
-    Digest::from_hex(hex)
-}
-
-/// A completed record's value: its JSON, "sealed" when encrypted with a key this board does
-/// not hold.
-fn value_view(r: &Record) -> Markup {
-    if r.status == Status::InProgress {
-        return html! { p.muted { "None yet: the attempt is in progress." } };
-    }
-    let pretty = |json: &[u8]| match serde_json::from_slice::<serde_json::Value>(json) {
-        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-        Err(_) => String::from_utf8_lossy(json).into_owned(),
-    };
-    match admin::open_value(r) {
-        Ok(bytes) => match admin::stored_value(&bytes) {
-            Ok(StoredValue::Ok(json)) => html! { pre id="value" { (pretty(json)) } },
-            Ok(StoredValue::Err(json)) => html! {
-                p { "A kept error (" code { "on_error = keep" } "):" }
-                pre id="value" { (pretty(json)) }
-            },
-            Err(e) => html! { p.error { "Unreadable: " (e) } },
-        },
-        Err(Error::Codec(e)) if e.kind == CodecErrorKind::UnknownKey => {
-            html! { p id="value" { span.state.expired { "sealed" } " encrypted; the board holds no key for it" } }
-        }
-        Err(e) => html! { p.error { "Unreadable: " (e) } },
-    }
-}
-
-async fn key_page(
-    State(app): Shared,
-    Path(hex): Path<String>,
-    Query(done): Query<Done>,
-) -> Response {
-    let Some(key) = digest(&hex) else {
-        return not_found(State(app)).await;
-    };
-    let record = match app.store.get(&key).await {
-        Ok(r) => r,
-        Err(e) => return failure(&app, &e),
-    };
-    let steps = PageQuery::new(Filter::new().limit(100)).steps_of(Some(key));
-    let steps = match app.store.page(&steps).await {
-        Ok(rows) => rows,
-        Err(e) => return failure(&app, &e),
-    };
-    let hex = key.to_hex();
-    let body = html! {
-        h1 { "Key " code { (short(&key)) } }
-        @if let Some(n) = done.notice() { (n) }
-        @match &record {
-            Some(r) => {
-                dl id="record" {
-                    dt { "function" } dd { (r.name) }
-                    @if let Some((parent, step)) = parent_of(&r.name) {
-                        dt { "step of" } dd { a href={ "/keys/" (parent) } { code { (parent) } } " (step " code { (step) } ")" }
-                    }
-                    dt { "key" } dd.mono { (hex) }
-                    dt { "state" } dd id="state" { (key_state(r.status, r.expires_at, r.keep_until, r.now)) }
-                    dt { "token (attempt)" } dd { (r.token) }
-                    dt { "fingerprint" } dd.mono { (r.fingerprint.to_hex()) }
-                    dt { "claimed" } dd { (utc(r.created_at)) " (" (span(r.now - r.created_at)) " ago)" }
-                    dt { @if r.status == Status::InProgress { "lease ends" } @else { "kept until" } }
-                    dd { (utc(r.expires_at)) " (in " (span(r.expires_at - r.now)) ")" }
-                }
-                h2 { "Value" }
-                (value_view(r))
-                p { a.button.danger href={ "/keys/" (hex) "/release" } id="release" { "Force-release…" } }
-            }
-            None => {
-                p id="state" { span.state.expired { "no live record" } " The key is free (never used, released, or expired): the next call with it runs the body." }
-            }
-        }
-        h2 { "Steps" }
-        (records_table(&steps, "steps"))
-    };
-    html(page(&app, "Key", body))
-}
-
-/// A step's namespace `<parent hex>/<step>`: the parent's hex and the step's name.
-fn parent_of(name: &str) -> Option<(&str, &str)> {
-    let (hex, step) = name.split_once('/')?;
-    Digest::from_hex(hex).map(|_| (hex, step))
-}
-
-async fn confirm_release(State(app): Shared, Path(hex): Path<String>) -> Response {
-    let Some(key) = digest(&hex) else {
-        return not_found(State(app)).await;
-    };
-    let record = match app.store.get(&key).await {
-        Ok(r) => r,
-        Err(e) => return failure(&app, &e),
-    };
-    let back = format!("/keys/{}", key.to_hex());
-    let what = match &record {
-        Some(r) if r.status == Status::InProgress => html! {
-            p { "The attempt with token " b { (r.token) } " of " code { (r.name) } " claimed this key "
-                (span(r.now - r.created_at)) " ago and its lease runs " (span(r.expires_at - r.now)) " more." }
-            p { b { "Check first that no process still runs it:" } " after the release the next call runs the body again, and a still-running attempt can no longer store its result." }
-        },
-        Some(r) => html! {
-            p { "This completed result of " code { (r.name) } " is kept " (span(r.expires_at - r.now)) " more." }
-            p { b { "After the release the next call with this key runs the body again" } " instead of replaying the result." }
-        },
-        None => html! { p { "The key has no live record: there is nothing to release." } },
-    };
-    let action = format!("/keys/{}/release", key.to_hex());
-    html(confirm(
-        &app,
-        "Force-release this key",
-        what,
-        &action,
-        &[],
-        &back,
-    ))
-}
-
 /// An action's form: its CSRF token and, for dead letters, which.
 #[derive(Deserialize)]
-struct ActionForm {
-    csrf: String,
+pub(crate) struct ActionForm {
+    pub(crate) csrf: String,
     id: Option<String>,
     all: Option<String>,
-}
-
-async fn release(
-    State(app): Shared,
-    Path(hex): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    if !app.auth.csrf_matches(&form.csrf) {
-        return forbidden(&app);
-    }
-    let Some(key) = digest(&hex) else {
-        return not_found(State(app)).await;
-    };
-    let released = app.store.force_release(&key).await;
-    counts::recount(&app);
-    match released {
-        Ok(Some(_)) => {
-            Redirect::to(&format!("/keys/{}?done=released", key.to_hex())).into_response()
-        }
-        Ok(None) => Redirect::to(&format!("/keys/{}?done=not_live", key.to_hex())).into_response(),
-        Err(e) => failure(&app, &e),
-    }
 }
 
 async fn confirm_purge(State(app): Shared) -> Response {

@@ -9,7 +9,8 @@ Exit codes:
   0  done
   1  not found: no live record for that key (nothing to show or release)
   2  usage or configuration error: bad arguments, a URL that does not parse, an unknown scheme
-  3  refused: `release` of a live record without --force (nothing was changed)
+  3  refused: `release` of a live record without --force, `resolve` of a key that is in
+     progress or completed, not parked (nothing was changed)
   4  store error: cannot connect, authentication failed, permission denied, a query failed
   5  schema missing or out of date: run `idem migrate` (`idem outbox migrate` for the outbox)
   6  `idem check`: at least one check failed
@@ -73,6 +74,10 @@ pub(crate) enum Command {
         /// At most this many records
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// List tombstones instead: keys whose result expired and whose digest and
+        /// fingerprint are still kept (`tombstone = …`), refusing a late repeat
+        #[arg(long)]
+        tombstones: bool,
     },
     /// Free a stuck key (refuses a live record unless --force) and say what was done
     Release {
@@ -95,6 +100,18 @@ pub(crate) enum Command {
     },
     /// Count records by namespace and state
     Stats,
+    /// List parked keys: abandoned attempts (`on_abandoned = park`) whose outcome waits for an
+    /// operator's `idem resolve`, oldest first
+    Pending {
+        /// Only this namespace (the `name = …` of the function, by default its name)
+        name: Option<String>,
+        /// At most this many keys
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Decide a parked key: the abandoned attempt's effect happened (--applied, with the result
+    /// callers get) or did not (--not-applied: the next call runs the body)
+    Resolve(ResolveArgs),
     /// The operators' web board: counts, lists, a key's record and steps, confirmed actions
     Board(crate::board::BoardArgs),
     /// The transactional outbox (PostgreSQL or MySQL, by the URL): its messages, dead letters and purge
@@ -165,6 +182,8 @@ impl Command {
             Command::Release { .. } => "release",
             Command::Purge { .. } => "purge",
             Command::Stats => "stats",
+            Command::Pending { .. } => "pending",
+            Command::Resolve(_) => "resolve",
             Command::Check(_) => "check",
             Command::Board(_) => "board",
             Command::Outbox { command, .. } => match command {
@@ -214,6 +233,29 @@ pub(crate) struct KeyArgs {
         hide_env_values = true
     )]
     pub(crate) digest_secret: Option<String>,
+}
+
+/// `idem resolve`: the key and the verdict.
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("verdict").required(true).args(["applied", "not_applied"])))]
+pub(crate) struct ResolveArgs {
+    #[command(flatten)]
+    pub(crate) key: KeyArgs,
+    /// The abandoned attempt's effect happened: store --value as the call's result; every call
+    /// with the key gets it as if the body had returned it
+    #[arg(long)]
+    pub(crate) applied: bool,
+    /// With --applied: the result as JSON, as the function's Ok value serializes (e.g. 4200,
+    /// "ch_1", {"id": 7}). Without --value the result is JSON null, right for a function
+    /// returning () or Option<T> (None); for any other type the next call gets a codec error
+    #[arg(long, value_name = "JSON", conflicts_with = "not_applied")]
+    pub(crate) value: Option<String>,
+    /// With --applied: how long the result is kept and replayed (30s, 10m, 2h, 1d)
+    #[arg(long, value_parser = parse_duration, default_value = "24h")]
+    pub(crate) ttl: Duration,
+    /// The effect did not happen: free the key; the next call with it runs the body
+    #[arg(long)]
+    pub(crate) not_applied: bool,
 }
 
 /// `--status`.

@@ -9,10 +9,10 @@ use idem::store::{Backend, Record, Status};
 use std::io::{IsTerminal, Write};
 
 /// Everything a command needs: the store and how to print.
-struct Ctx {
+pub(crate) struct Ctx {
     url: String,
     target: Target,
-    json: bool,
+    pub(crate) json: bool,
     command: &'static str,
 }
 
@@ -49,6 +49,7 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
             status,
             older_than,
             limit,
+            tombstones,
         } => {
             let filter = Filter::new()
                 .name(name)
@@ -58,12 +59,17 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
                     StatusArg::Parked => Status::Parked,
                 }))
                 .older_than(older_than)
-                .limit(limit);
+                .limit(limit)
+                .tombstones(tombstones);
             list(&ctx, &filter).await
         }
         Command::Release { key, force } => release(&ctx, &key, force).await,
         Command::Purge { batch, .. } => purge(&ctx, batch).await,
         Command::Stats => stats(&ctx).await,
+        Command::Pending { name, limit } => {
+            crate::resolve::pending(&ctx, name.as_deref(), limit).await
+        }
+        Command::Resolve(args) => crate::resolve::resolve(&ctx, &args).await,
         Command::Check(args) => crate::check::run(args, ctx.json).await,
         Command::Board(args) => crate::board::run(args, ctx.url, ctx.target, outbox_table).await,
         Command::Outbox { command } => {
@@ -73,14 +79,14 @@ pub(crate) async fn run(cli: Cli) -> Result<String, Failure> {
 }
 
 impl Ctx {
-    async fn open(&self) -> Result<Box<dyn Inspect>, Failure> {
+    pub(crate) async fn open(&self) -> Result<Box<dyn Inspect>, Failure> {
         admin::open(&self.url, &self.target)
             .await
             .map_err(|e| self.failure(e))
     }
 
     /// An `idem::Error` as a failure whose message says what to do.
-    fn failure(&self, e: idem::Error) -> Failure {
+    pub(crate) fn failure(&self, e: idem::Error) -> Failure {
         Situation {
             url: &self.url,
             table: self.target.table.as_deref(),
@@ -91,7 +97,7 @@ impl Ctx {
 
     /// The live record of `key`, or `missing()`; a record outside the namespace given with
     /// `--digest` is not this key's.
-    async fn live_record(
+    pub(crate) async fn live_record(
         &self,
         store: &dyn Inspect,
         key: &Named,

@@ -3,7 +3,7 @@
 //! See the README section "Operating idem" for a walk-through, and `idem --help` for the exit
 //! codes. The files: `cli` (the command line), `commands` (what each command does), `digest`
 //! (the key on the command line), `render` and `format` (what is printed), `failure` (exit
-//! codes and hints).
+//! codes and hints), `resolve` (parked keys: `pending` and `resolve`).
 #![warn(missing_docs)]
 
 mod board;
@@ -15,6 +15,7 @@ mod failure;
 mod format;
 mod outbox;
 mod render;
+mod resolve;
 
 use clap::Parser;
 use failure::{STORE, USAGE};

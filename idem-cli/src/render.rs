@@ -40,6 +40,9 @@ fn info_json(i: &KeyInfo) -> Value {
         "token": i.token,
         "fingerprint": i.fingerprint.to_hex(),
         "value_size": i.value_size,
+        // A tombstone's end (and any record's): when the store may forget it.
+        // (None for a parked record: it is kept until resolved.)
+        "kept_until": (i.keep_until != i64::MAX).then(|| utc(i.keep_until)),
     })
 }
 
@@ -297,9 +300,9 @@ pub(crate) fn released(label: &str, digest: &Digest, r: &Record, json: bool) -> 
 
 /// `idem stats`: one row per namespace and a total.
 pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
-    // One row per namespace: [in progress, completed, expired, parked, abandoned].
-    let mut by_name: std::collections::BTreeMap<String, [u64; 5]> = Default::default();
-    let mut total = [0u64; 5];
+    // One row per namespace: [in progress, completed, expired, parked, abandoned, tombstones].
+    let mut by_name: std::collections::BTreeMap<String, [u64; 6]> = Default::default();
+    let mut total = [0u64; 6];
     for s in stats {
         let i = match s.state {
             State::InProgress => 0,
@@ -307,6 +310,7 @@ pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
             State::Expired => 2,
             State::Parked => 3,
             State::Abandoned => 4,
+            State::Tombstone => 5,
         };
         by_name.entry(s.name.clone()).or_default()[i] += s.count;
         total[i] += s.count;
@@ -316,13 +320,13 @@ pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
             .iter()
             .map(|(n, c)| {
                 json!({"name": n, "in_progress": c[0], "completed": c[1], "expired": c[2],
-                    "parked": c[3], "abandoned": c[4]})
+                    "parked": c[3], "abandoned": c[4], "tombstones": c[5]})
             })
             .collect();
         return doc(json!({
             "names": names,
             "total": {"in_progress": total[0], "completed": total[1], "expired": total[2],
-                "parked": total[3], "abandoned": total[4]},
+                "parked": total[3], "abandoned": total[4], "tombstones": total[5]},
         }));
     }
     let mut rows: Vec<Vec<String>> = by_name
@@ -344,9 +348,10 @@ pub(crate) fn stats(stats: &[Stat], json: bool) -> String {
             "EXPIRED",
             "PARKED",
             "ABANDONED",
+            "TOMBSTONES",
         ],
         &rows,
-        &[1, 2, 3, 4, 5],
+        &[1, 2, 3, 4, 5, 6],
     )
 }
 

@@ -86,6 +86,32 @@ async fn missing_credentials_say_so(url: String) {
     assert!(message.contains("AWS credentials"), "{out:#}");
 }
 
+/// Parked keys on DynamoDB (the listing filters a scan): `idem pending`, resolve both ways,
+/// refusals (see `common::parked`), in a table of this test's own.
+async fn pending_lists_parked_keys_and_resolve_decides_them(url: String) {
+    let table = unique("idemcli");
+    let store_url = format!("dynamodb://{table}?region=us-east-1&endpoint={url}");
+    let cli = Cli::new(&store_url)
+        .env("AWS_ACCESS_KEY_ID", "idem")
+        .env("AWS_SECRET_ACCESS_KEY", "idem");
+    cli.run(&["migrate"]).expect(0);
+    let store = idem_integration::dynamodb::options(&url)
+        .table(&table)
+        .create_table(false)
+        .connect()
+        .await
+        .unwrap();
+    let app = idem::Idem::from_store(store);
+    common::parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+        common::out(cli.run(args))
+    })
+    .await;
+}
+
 idem_integration::server_tests! {
-    DYNAMODB => [list_show_release_stats_and_purge_on_dynamodb, missing_credentials_say_so],
+    DYNAMODB => [
+        list_show_release_stats_and_purge_on_dynamodb,
+        missing_credentials_say_so,
+        pending_lists_parked_keys_and_resolve_decides_them,
+    ],
 }

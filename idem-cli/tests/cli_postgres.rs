@@ -310,8 +310,22 @@ async fn stats_count_and_purge_deletes_expired_records(url: String) {
     table.drop_all().await;
 }
 
+/// Parked keys: listed by `idem pending`, resolved both ways, refusals (see `common::parked`).
+async fn pending_lists_parked_keys_and_resolve_decides_them(url: String) {
+    let table = Table::new(&url).await;
+    let t = table.name.as_str();
+    let cli = Cli::new(&url).with("--table", t);
+    let app = open(&url, t).await;
+    common::parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+        common::out(cli.run(args))
+    })
+    .await;
+    table.drop_all().await;
+}
+
 idem_integration::server_tests! {
     POSTGRES => [
+        pending_lists_parked_keys_and_resolve_decides_them,
         an_operator_finds_explains_and_releases_a_stuck_key,
         a_table_never_migrated_says_run_migrate_and_migrate_creates_it,
         connection_and_permission_errors_say_what_to_do,

@@ -83,6 +83,27 @@ async fn list_show_release_stats_and_purge_on_redis(url: String) {
     assert!(run.stderr.contains("redis"), "{run:#?}");
 }
 
+/// Parked keys on Redis (the listing filters a SCAN): `idem pending`, resolve both ways,
+/// refusals (see `common::parked`). Every key it leaves has an expiry.
+async fn pending_lists_parked_keys_and_resolve_decides_them(url: String) {
+    let prefix = unique("idemcli");
+    let store = RedisOptions::from_url(&url)
+        .unwrap()
+        .key_prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    let app = idem::Idem::from_store(store);
+    let cli = Cli::new(&url).with("--prefix", &prefix);
+    common::parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+        common::out(cli.run(args))
+    })
+    .await;
+}
+
 idem_integration::server_tests! {
-    REDIS => [list_show_release_stats_and_purge_on_redis],
+    REDIS => [
+        list_show_release_stats_and_purge_on_redis,
+        pending_lists_parked_keys_and_resolve_decides_them,
+    ],
 }

@@ -496,3 +496,64 @@ fn keys_of_a_store_with_keyed_digests_need_the_secret() {
     cli.run(&["show", "charges.v1", "order-7", "--digest-secret", "abcd"])
         .expect(2);
 }
+
+/// Parked keys: `idem pending` lists the keys parked by real calls, `idem resolve` decides them
+/// both ways, and refuses a key that is not parked (see `common::parked`).
+#[test]
+fn pending_lists_parked_keys_and_resolve_decides_them() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    cli.run(&["migrate"]).expect(0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let app = idem::Idem::sqlite(&db.url).await.unwrap();
+        common::parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+            common::out(cli.run(args))
+        })
+        .await;
+    });
+}
+
+/// Tombstones (`tombstone = …`): counted apart by `stats`, listed by `list --tombstones` (and
+/// not by `list`), kept by `purge`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_list_show_tombstones_and_purge_keeps_them() {
+    let db = db();
+    let cli = Cli::new(&db.url);
+    cli.run(&["migrate"]).expect(0);
+    let store = idem::Idem::sqlite(&db.url).await.unwrap();
+    for (key, tombstone) in [("paid-1", 3600), ("paid-2", 0)] {
+        store
+            .call("charges.v1")
+            .key(key)
+            .ttl(Duration::from_millis(1))
+            .tombstone(Duration::from_secs(tombstone))
+            .run(async { Ok::<_, idem::Error>(1u8) })
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
+    assert_eq!(stats["total"]["tombstones"], 1, "{stats:#}");
+    assert_eq!(stats["total"]["expired"], 1, "{stats:#}");
+    let table = cli.run(&["stats"]).expect(0);
+    assert!(table.stdout.contains("TOMBSTONES"), "{table:#?}");
+    let live = cli.run(&["--json", "list"]).expect(0).json();
+    assert_eq!(live.as_array().unwrap().len(), 0, "{live:#}");
+    let tombs = cli
+        .run(&["--json", "list", "--tombstones"])
+        .expect(0)
+        .json();
+    assert_eq!(tombs.as_array().unwrap().len(), 1, "{tombs:#}");
+    let digest = idem::testkit::digest("charges.v1", "paid-1").to_hex();
+    assert_eq!(tombs[0]["digest"], digest.as_str(), "{tombs:#}");
+    assert!(tombs[0]["kept_until"].is_string(), "{tombs:#}");
+    let purge = cli.run(&["--json", "purge", "--expired"]).expect(0);
+    assert_eq!(
+        purge.json()["purged"],
+        1,
+        "only the record without a tombstone"
+    );
+    let stats = cli.run(&["--json", "stats"]).expect(0).json();
+    assert_eq!(stats["total"]["tombstones"], 1, "{stats:#}");
+}

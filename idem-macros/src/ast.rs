@@ -46,6 +46,8 @@ options! {
     Ttl = "ttl": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
     Lease = "lease": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
     Wait = "wait": "a literal such as \"30s\", \"5m\", \"24h\", \"7d\", \"250ms\", or a `Duration` expression",
+    MaxValue = "max_value": "a size literal such as \"512KiB\", \"1MiB\", \"16MiB\" (units: B, KiB, MiB, GiB), or a `usize` expression of bytes",
+    Tombstone = "tombstone": "a literal such as \"90d\", \"24h\", or a `Duration` expression: how long the key is refused (`idem::Error::Expired`) after `ttl`",
     Fingerprint = "fingerprint": "any `impl Serialize` expression, e.g. `fingerprint = (req.amount, req.currency)`",
     Skip = "skip": "the names of the arguments left out of the default key and fingerprint, e.g. `skip(client, pool)`",
     Scope = "scope": "any `impl Serialize` expression, e.g. `scope = tenant_id`",
@@ -65,11 +67,19 @@ impl Opt {
     }
 }
 
-/// A `ttl`, `lease` or `wait` value.
+/// A `ttl`, `lease`, `wait` or `tombstone` value.
 pub enum DurationArg {
     /// A literal checked at compile time: the whole value in milliseconds.
     Millis(u128, Span),
     /// Any expression of type `Duration`.
+    Expr(Box<Expr>),
+}
+
+/// A `max_value` value.
+pub enum SizeArg {
+    /// A literal checked at compile time, in bytes.
+    Bytes(u64, Span),
+    /// Any expression of type `usize`.
     Expr(Box<Expr>),
 }
 
@@ -95,6 +105,10 @@ pub struct Args {
     pub ttl: Option<DurationArg>,
     pub lease: Option<DurationArg>,
     pub wait: Option<DurationArg>,
+    /// `tombstone = …`: kept after `ttl`, refusing a late repeat.
+    pub tombstone: Option<DurationArg>,
+    /// `max_value = …`: this function's limit on a stored result.
+    pub max_value: Option<SizeArg>,
     pub fingerprint: Option<Expr>,
     /// The names in `skip(...)` (never `self`: that is refused while parsing).
     pub skip: Vec<Ident>,
@@ -173,6 +187,10 @@ impl Parse for Args {
                 Opt::Ttl => args.ttl = Some(value(input, &ident, opt, parse_duration)?),
                 Opt::Lease => args.lease = Some(value(input, &ident, opt, parse_duration)?),
                 Opt::Wait => args.wait = Some(value(input, &ident, opt, parse_duration)?),
+                Opt::MaxValue => args.max_value = Some(value(input, &ident, opt, parse_size)?),
+                Opt::Tombstone => {
+                    args.tombstone = Some(value(input, &ident, opt, parse_duration)?);
+                }
                 Opt::Name => args.name = Some(value(input, &ident, opt, parse_name)?),
                 Opt::OnError => args.on_error = Some(value(input, &ident, opt, parse_on_error)?),
                 Opt::Crate => args.krate = Some(value(input, &ident, opt, parse_crate)?),
@@ -434,6 +452,14 @@ fn parse_duration(input: ParseStream, opt: Opt) -> syn::Result<DurationArg> {
                     "`lease` must be above zero: it is how long a claim lives without renewal",
                 ));
             }
+            if ms == 0 && opt == Opt::Tombstone {
+                return Err(syn::Error::new(
+                    s.span(),
+                    "`tombstone = \"0s\"` keeps no tombstone: remove it (without `tombstone`, \
+                     an expired key is free again) or give how long a late repeat is refused, \
+                     e.g. \"90d\"",
+                ));
+            }
             Ok(DurationArg::Millis(ms, s.span()))
         }
         Lit::Int(i) => Err(syn::Error::new(
@@ -450,21 +476,81 @@ fn parse_duration(input: ParseStream, opt: Opt) -> syn::Result<DurationArg> {
     }
 }
 
-/// `"24h"` → milliseconds; the error says what is wrong and what to write.
-pub fn duration_millis(s: &str) -> Result<u128, String> {
-    const HELP: &str =
-        "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"5m\", \"24h\", \"7d\"";
+fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
+    if input.is_empty() || input.peek(Token![,]) {
+        return Err(input.error(format!("`max_value = ` needs a value: {}", opt.usage())));
+    }
+    if !input.peek(Lit) {
+        return Ok(SizeArg::Expr(Box::new(input.parse()?)));
+    }
+    match input.parse::<Lit>()? {
+        Lit::Str(s) => {
+            let bytes = size_bytes(&s.value()).map_err(|why| {
+                syn::Error::new(s.span(), format!("bad size for `max_value`: {why}"))
+            })?;
+            Ok(SizeArg::Bytes(bytes, s.span()))
+        }
+        Lit::Int(i) => Err(syn::Error::new(
+            i.span(),
+            format!(
+                "a bare number has no unit: write `max_value = \"{}B\"` (units: B, KiB, MiB, GiB) or a `usize` expression",
+                i.base10_digits()
+            ),
+        )),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`max_value` takes {}", opt.usage()),
+        )),
+    }
+}
+
+/// `"1MiB"` → bytes; the error says what is wrong and what to write. Zero is refused: a
+/// function whose every result is refused is a mistake.
+pub fn size_bytes(s: &str) -> Result<u64, String> {
+    const HELP: &str = "write a whole number and a unit, e.g. \"512KiB\", \"1MiB\", \"16MiB\"";
+    let (n, unit) = number_and_unit(s, HELP)?;
+    let mul: u128 = match unit {
+        "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{s}` has an unknown unit `{other}` (sizes are binary: B, KiB, MiB, GiB); {HELP}"
+            ))
+        }
+    };
+    match n.checked_mul(mul).map(u64::try_from) {
+        Some(Ok(0)) => Err(format!("`{s}` refuses every result; {HELP}")),
+        Some(Ok(bytes)) => Ok(bytes),
+        _ => Err(format!("`{s}` is too large")),
+    }
+}
+
+/// A literal's number and unit (`"24h"` → `(24, "h")`), both required; the errors say what to
+/// write (`help`).
+fn number_and_unit<'a>(s: &'a str, help: &str) -> Result<(u128, &'a str), String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!("`{s}` does not start with a number; {HELP}"));
+        return Err(format!("`{s}` does not start with a number; {help}"));
     }
     let n: u128 = num
         .parse()
-        .map_err(|_| format!("`{s}` is too large; {HELP}"))?;
-    let mul: u128 = match unit.trim() {
-        "" => return Err(format!("`{s}` has no unit; {HELP}")),
+        .map_err(|_| format!("`{s}` is too large; {help}"))?;
+    match unit.trim() {
+        "" => Err(format!("`{s}` has no unit; {help}")),
+        unit => Ok((n, unit)),
+    }
+}
+
+/// `"24h"` → milliseconds; the error says what is wrong and what to write.
+pub fn duration_millis(s: &str) -> Result<u128, String> {
+    const HELP: &str =
+        "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"5m\", \"24h\", \"7d\"";
+    let (n, unit) = number_and_unit(s, HELP)?;
+    let mul: u128 = match unit {
         "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
@@ -481,6 +567,18 @@ pub fn duration_millis(s: &str) -> Result<u128, String> {
 mod tests {
     use super::*;
     use quote::quote;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size_bytes("1MiB"), Ok(1 << 20));
+        assert_eq!(size_bytes("512KiB"), Ok(512 << 10));
+        assert_eq!(size_bytes("100B"), Ok(100));
+        assert_eq!(size_bytes(" 2GiB "), Ok(2 << 30));
+        for bad in ["", "MiB", "1", "1MB", "0KiB", "99999999999999GiB"] {
+            assert!(size_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(size_bytes("1MB").unwrap_err().contains("binary"));
+    }
 
     #[test]
     fn durations() {

@@ -2,7 +2,7 @@
 //! same function, as an `async move` block run under a claim. Generated code reaches the
 //! runtime only through `#krate::__private`.
 
-use crate::ast::{Args, DurationArg, OnAbandonedArg, OnErrorArg};
+use crate::ast::{Args, DurationArg, OnAbandonedArg, OnErrorArg, SizeArg};
 use crate::valid::Checked;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
@@ -92,10 +92,19 @@ fn setup(krate: &TokenStream, args: &Args, checked: &Checked, builder: TokenStre
     if args.on_abandoned == Some(OnAbandonedArg::Park) {
         setup = quote!(#krate::__private::park(#setup));
     }
+    match &args.max_value {
+        Some(SizeArg::Bytes(bytes, span)) => {
+            let lit = proc_macro2::Literal::u64_unsuffixed(*bytes);
+            setup.extend(quote_spanned!(*span=> .max_value(#lit)));
+        }
+        Some(SizeArg::Expr(expr)) => setup.extend(quote_spanned!(expr.span()=> .max_value(#expr))),
+        None => {}
+    }
     for (method, value) in [
         ("ttl", &args.ttl),
         ("lease", &args.lease),
         ("wait", &args.wait),
+        ("tombstone", &args.tombstone),
     ] {
         if let Some(value) = value {
             let method = Ident::new(method, Span::call_site());

@@ -93,7 +93,7 @@ pub fn registration(krate: &TokenStream, args: &Args, name: &LitStr, func: &Item
                     _ => (quote!(#ty), quote!(#var)),
                 };
                 decode.push(quote_spanned! {ty.span()=>
-                    let #var: #owned = match __idem_args.next::<#owned>() {
+                    let #var: #owned = match __idem_args.take::<#owned>() {
                         ::core::result::Result::Ok(v) => v,
                         ::core::result::Result::Err(e) => return #r::Resumed::Undecodable(e),
                     };

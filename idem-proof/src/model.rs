@@ -254,9 +254,10 @@ impl ProtocolModel {
                 cl.phase = Phase::Done(Outcome::Replayed);
                 cl.gone_at = Some(now);
             }
-            // This model's calls never park a key, so none answers "outcome unknown"; were one
-            // to, it would not have run the body: as good as in progress for what is checked.
-            Decision::InProgress { .. } | Decision::OutcomeUnknown => {
+            // This model's calls never park a key nor keep a tombstone, so none answers
+            // "outcome unknown" or "expired"; were one to, it would not have run the body: as
+            // good as in progress for what is checked.
+            Decision::InProgress { .. } | Decision::OutcomeUnknown | Decision::Expired { .. } => {
                 self.next_call(&mut s.clients[c as usize], now, Outcome::InProgress)
             }
             Decision::Mismatch => {

@@ -245,6 +245,7 @@ impl Harness<'_> {
                         token: r,
                         value: &[value],
                         ttl: self.ttl(),
+                        tombstone: std::time::Duration::ZERO,
                     })
                     .await
                     .map_err(|e| self.fail(format!("complete failed: {e}")))?;

@@ -2,10 +2,10 @@
 //! (flags and variables win over the file), merged into the effective [`Settings`], which
 //! `--check-config` prints.
 
+pub use crate::choices::{Abandoned, Fingerprint, KeyMode};
 use crate::principal::{Jwt, JwtKey, PrincipalSource};
 use clap::Parser;
 use http::{HeaderName, Method};
-use idem::http::FingerprintMode;
 use serde::{Deserialize, Deserializer};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -86,67 +86,16 @@ pub struct Cli {
     /// raw (default) or canonical (JSON bodies compared by value).
     #[arg(long, env = "IDEM_PROXY_FINGERPRINT", value_name = "MODE")]
     pub fingerprint: Option<String>,
+    /// What a request does when it takes over an abandoned attempt (the proxy died mid-request):
+    /// rerun (default: send it upstream again) or park (423 until an operator resolves the key).
+    #[arg(long, env = "IDEM_PROXY_ON_ABANDONED", value_name = "CHOICE")]
+    pub on_abandoned: Option<String>,
     /// How long the upstream has to answer (default 60s; then 504 and the key released).
     #[arg(long, env = "IDEM_PROXY_UPSTREAM_TIMEOUT", value_name = "DURATION")]
     pub upstream_timeout: Option<String>,
     /// How long a SIGTERM waits for requests still running upstream (default 30s).
     #[arg(long, env = "IDEM_PROXY_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
     pub shutdown_timeout: Option<String>,
-}
-
-/// Whether requests of a route need a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyMode {
-    /// A request without a key is refused (400).
-    Required,
-    /// A request without a key passes through, unprotected.
-    Optional,
-    /// Every request passes through (the route is not idempotent).
-    Off,
-}
-
-impl std::str::FromStr for KeyMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "required" => Ok(KeyMode::Required),
-            "optional" => Ok(KeyMode::Optional),
-            "off" => Ok(KeyMode::Off),
-            _ => Err(format!("key mode `{s}`: use required, optional or off")),
-        }
-    }
-}
-
-/// The fingerprint mode as written (`raw`, `canonical`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Fingerprint {
-    /// Method, path, query and the body's bytes.
-    Raw,
-    /// JSON bodies by value, query parameters in any order.
-    Canonical,
-}
-
-impl Fingerprint {
-    /// The layer's mode.
-    pub fn mode(self) -> FingerprintMode {
-        match self {
-            Fingerprint::Raw => FingerprintMode::Raw,
-            Fingerprint::Canonical => FingerprintMode::Canonical,
-        }
-    }
-}
-
-impl std::str::FromStr for Fingerprint {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "raw" => Ok(Fingerprint::Raw),
-            "canonical" => Ok(Fingerprint::Canonical),
-            _ => Err(format!("fingerprint `{s}`: use raw or canonical")),
-        }
-    }
 }
 
 /// A duration as written in the file (`"30s"`, `"24h"`, `"7d"`), checked while parsing so that
@@ -240,6 +189,7 @@ struct RouteFile {
     ttl: Option<Dur>,
     lease: Option<Dur>,
     fingerprint: Option<Fingerprint>,
+    on_abandoned: Option<Abandoned>,
 }
 
 /// The file.
@@ -263,6 +213,7 @@ struct File {
     ttl: Option<Dur>,
     lease: Option<Dur>,
     fingerprint: Option<Fingerprint>,
+    on_abandoned: Option<Abandoned>,
     jwt: Option<JwtFile>,
     #[serde(default)]
     route: Vec<RouteFile>,
@@ -281,6 +232,8 @@ pub struct RouteSettings {
     pub lease: Option<Duration>,
     /// How requests are fingerprinted.
     pub fingerprint: Fingerprint,
+    /// What a request that takes over an abandoned attempt does.
+    pub on_abandoned: Abandoned,
 }
 
 /// A `[[route]]`: a method set and a path prefix, and its settings.
@@ -494,6 +447,9 @@ impl Settings {
             fingerprint: from_flag("fingerprint", &cli.fingerprint, str::parse)?
                 .or(file.fingerprint)
                 .unwrap_or(Fingerprint::Raw),
+            on_abandoned: from_flag("on-abandoned", &cli.on_abandoned, str::parse)?
+                .or(file.on_abandoned)
+                .unwrap_or(Abandoned::Rerun),
         };
         let mut routes: Vec<Route> = file
             .route
@@ -509,6 +465,7 @@ impl Settings {
                     ttl: r.ttl.map(|d| d.0).or(defaults.ttl),
                     lease: r.lease.map(|d| d.0).or(defaults.lease),
                     fingerprint: r.fingerprint.unwrap_or(defaults.fingerprint),
+                    on_abandoned: r.on_abandoned.unwrap_or(defaults.on_abandoned),
                 },
             })
             .collect();
@@ -571,12 +528,13 @@ fn describe_route(s: &RouteSettings) -> String {
         d.map_or(format!("{default} (default)"), |d| format!("{d:?}"))
     };
     format!(
-        "methods={} key={:?} ttl={} lease={} fingerprint={:?}",
+        "methods={} key={:?} ttl={} lease={} fingerprint={:?} on_abandoned={:?}",
         methods.join(","),
         s.key,
         d(s.ttl, "24h"),
         d(s.lease, "30s"),
-        s.fingerprint
+        s.fingerprint,
+        s.on_abandoned
     )
     .to_lowercase()
 }
@@ -664,76 +622,5 @@ fn principal(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load(toml: &str) -> Result<Settings, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("proxy.toml");
-        std::fs::write(&path, toml).unwrap();
-        Settings::load(&Cli {
-            config: Some(path),
-            ..Cli::default()
-        })
-    }
-
-    #[test]
-    fn routes_inherit_the_defaults_and_match_whole_segments() {
-        let s = load(
-            r#"
-upstream = "http://127.0.0.1:3000"
-store = "memory"
-allow_anonymous = true
-ttl = "1h"
-
-[[route]]
-method = "POST"
-path = "/payments"
-ttl = "7d"
-fingerprint = "canonical"
-
-[[route]]
-methods = ["post", "put"]
-path = "/payments/refunds"
-key = "optional"
-"#,
-        )
-        .unwrap();
-        assert_eq!(s.routes[0].path, "/payments/refunds");
-        assert_eq!(s.routes[0].settings.methods, [Method::POST, Method::PUT]);
-        assert_eq!(s.routes[0].settings.ttl, Some(Duration::from_secs(3600)));
-        assert_eq!(
-            s.routes[1].settings.ttl,
-            Some(Duration::from_secs(7 * 86400))
-        );
-        assert_eq!(s.routes[1].settings.fingerprint, Fingerprint::Canonical);
-        assert!(s.routes[1].matches("/payments"));
-        assert!(s.routes[1].matches("/payments/1"));
-        assert!(!s.routes[1].matches("/paymentsx"));
-    }
-
-    #[test]
-    fn an_error_names_its_line() {
-        let e = load("upstream = \"http://127.0.0.1:3000\"\nstore = \"memory\"\n\n[[route]]\npath = \"/a\"\nttl = \"5 parsecs\"\n")
-            .unwrap_err();
-        assert!(e.0.contains(":6:"), "{e}");
-        let e = load("upstream = \"http://127.0.0.1:3000\"\nstore = \"memory\"\nlisten_on = 1\n")
-            .unwrap_err();
-        assert!(e.0.contains(":3:") && e.0.contains("listen_on"), "{e}");
-    }
-
-    #[test]
-    fn no_principal_is_refused() {
-        let e = load("upstream = \"http://127.0.0.1:3000\"\nstore = \"memory\"\n").unwrap_err();
-        assert!(e.0.contains("no principal"), "{e}");
-    }
-
-    #[test]
-    fn a_password_is_not_printed() {
-        assert_eq!(
-            redact("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(redact("memory"), "memory");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -2,6 +2,7 @@
 //! written in any language. See README.md beside this package.
 
 mod admin;
+mod choices;
 mod config;
 mod log;
 mod principal;

@@ -254,7 +254,8 @@ impl Proxy {
                 .clone()
                 .methods(s.methods.clone())
                 .require_key(s.key == KeyMode::Required)
-                .fingerprint(s.fingerprint.mode());
+                .fingerprint(s.fingerprint.mode())
+                .on_abandoned(s.on_abandoned.choice());
             if let Some(ttl) = s.ttl {
                 layer = layer.ttl(ttl);
             }

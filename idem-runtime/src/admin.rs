@@ -8,7 +8,9 @@
 
 use crate::codec::{self, Stored};
 use crate::error::Error;
-use crate::store::{Backend, Store};
+use crate::store::{Backend, Resolve, Store};
+
+pub use crate::store::Resolved;
 
 pub use crate::store::{
     summary_name, Cursor, Filter, Inspect, KeyInfo, Migrated, NameSummary, Overview, PageQuery,
@@ -37,6 +39,46 @@ pub async fn purge_expired(
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// An operator's verdict on a parked key as a tool gives it ([`resolve`]): the value as JSON,
+/// since a tool does not know the function's result type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The parked attempt's effect happened: callers get `value` as if the body had returned
+    /// it (it must decode as the function's result type, or the next call gets an
+    /// [`Error::Codec`]), replayed for `ttl`.
+    Applied {
+        /// The result, as JSON (`null` for a function returning `()` or `None`).
+        value: serde_json::Value,
+        /// How long it is kept and replayed.
+        ttl: std::time::Duration,
+    },
+    /// It did not happen: the key is freed and the next call runs the body.
+    NotApplied,
+}
+
+/// Resolves the parked key `key` ([`Store::resolve`]): [`Resolved::Done`] with the parked record
+/// as it was, or [`Resolved::NotParked`] with the live record found (completed, in progress;
+/// `None`: the key is free), nothing changed. The value is stored unsealed: a handle with a
+/// keyring or compression reads it all the same.
+pub async fn resolve(
+    store: &dyn Store,
+    key: &crate::key::Digest,
+    verdict: &Verdict,
+) -> Result<Resolved, Error> {
+    let encoded;
+    let resolution = match verdict {
+        Verdict::Applied { value, ttl } => {
+            encoded = codec::encode_ok(value)?;
+            Resolve::Applied {
+                value: &encoded,
+                ttl: *ttl,
+            }
+        }
+        Verdict::NotApplied => Resolve::NotApplied,
+    };
+    store.resolve(key, resolution).await
 }
 
 /// A stored result, split into its kind and its JSON text.

@@ -90,6 +90,8 @@ struct Setup {
     ttl: Option<Duration>,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    tombstone: Option<Duration>,
+    max_value: Option<usize>,
     on_abandoned: OnAbandoned,
     /// The body starts with a reconcile ([`Call::reconcile`], `reconcile = …`).
     reconciles: bool,
@@ -138,6 +140,10 @@ pub(crate) struct Prepared {
     ttl: Duration,
     lease: Duration,
     wait: Option<Duration>,
+    /// How long the key's tombstone is kept after `ttl` (zero: none).
+    tombstone: Duration,
+    /// This function's own limit on a stored result, below the handle's.
+    max_value: Option<usize>,
     on_abandoned: OnAbandoned,
     reconciles: bool,
     /// A resumable call's arguments as stored (sealed as results are).
@@ -202,6 +208,26 @@ impl Call {
     /// A duplicate waits up to `wait` for the attempt in flight and replays its result.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.0.wait = Some(wait);
+        self
+    }
+
+    /// After `ttl`, keep the key's digest and fingerprint this much longer without the value:
+    /// a repeat then gets [`Error::Expired`] instead of running the body again. Without it
+    /// (and without the handle's default, [`crate::Defaults::tombstone`]) an expired key is
+    /// free again. `Duration::ZERO` turns a handle's default off for this call.
+    pub fn tombstone(mut self, tombstone: Duration) -> Self {
+        self.0.tombstone = Some(tombstone);
+        self
+    }
+
+    /// The largest result this call stores, in bytes as stored (after compression and
+    /// encryption), below the handle's limit ([`Idem::with_max_value_len`], by default
+    /// [`crate::DEFAULT_MAX_VALUE_LEN`], and the store's own): a larger one fails with
+    /// [`Error::Codec`] of kind [`crate::CodecErrorKind::TooLarge`], naming the limit and the
+    /// size, and the key is released (nothing is stored). A limit above the handle's changes
+    /// nothing.
+    pub fn max_value(mut self, bytes: usize) -> Self {
+        self.0.max_value = Some(bytes);
         self
     }
 
@@ -271,6 +297,13 @@ impl Call {
             return Err(Error::Config(format!("{name}: lease must be above zero")));
         }
         let wait = setup.wait.or(defaults.wait);
+        // A step's result lives and dies with its parent's logical call: it takes no tombstone
+        // of the handle's, only one written on the step.
+        let tombstone = match (&parent, setup.tombstone) {
+            (_, Some(t)) => t,
+            (Some(_), None) => Duration::ZERO,
+            (None, None) => defaults.tombstone.unwrap_or(Duration::ZERO),
+        };
         if setup.reconciles && setup.on_abandoned == OnAbandoned::Park {
             return Err(Error::Config(format!(
                 "{name}: a call with a reconcile decides an abandoned attempt itself; \
@@ -291,6 +324,8 @@ impl Call {
             ttl,
             lease,
             wait,
+            tombstone,
+            max_value: setup.max_value,
             on_abandoned: setup.on_abandoned,
             reconciles: setup.reconciles,
             resume_args,

@@ -52,6 +52,20 @@ pub enum Error {
         /// The hex digest of the key.
         key: String,
     },
+    /// The key's result expired and its tombstone is still kept (`tombstone = …`): the call
+    /// came after `ttl`, so its earlier result can no longer be replayed, and the body does not
+    /// run again either (it ran once already). Use a new key for a new request.
+    Expired {
+        /// The namespace.
+        name: String,
+        /// The hex digest of the key.
+        key: String,
+        /// When the result expired (ms since the Unix epoch, the store's clock).
+        expired_at: i64,
+        /// Until when the tombstone is kept (ms since the Unix epoch, the store's clock); after
+        /// it the key is free again.
+        until: i64,
+    },
     /// A result could not be encoded, or a stored result does not decode into the return type.
     Codec(CodecError),
     /// The key, scope or fingerprint could not be serialized.
@@ -75,6 +89,8 @@ pub enum ErrorKind {
     LeaseLost,
     /// [`Error::OutcomeUnknown`].
     OutcomeUnknown,
+    /// [`Error::Expired`].
+    Expired,
     /// [`Error::Codec`].
     Codec,
     /// [`Error::Key`].
@@ -124,6 +140,7 @@ impl Error {
             Error::Mismatch { .. } => ErrorKind::Mismatch,
             Error::LeaseLost { .. } => ErrorKind::LeaseLost,
             Error::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
+            Error::Expired { .. } => ErrorKind::Expired,
             Error::Codec(_) => ErrorKind::Codec,
             Error::Key(_) => ErrorKind::Key,
             Error::Store(e) => ErrorKind::Store(e.kind),
@@ -152,6 +169,11 @@ impl Error {
     /// True for [`Error::OutcomeUnknown`].
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, Error::OutcomeUnknown { .. })
+    }
+
+    /// True for [`Error::Expired`].
+    pub fn is_expired(&self) -> bool {
+        matches!(self, Error::Expired { .. })
     }
 
     /// True for [`Error::LeaseLost`].
@@ -214,6 +236,11 @@ impl fmt::Display for Error {
                 "idempotent call {name}/{key}: an earlier attempt was abandoned and its outcome \
                  is unknown (the key is parked); an operator resolves it with `idem resolve` or \
                  Idem::resolve"
+            ),
+            Error::Expired { name, key, .. } => write!(
+                f,
+                "idempotency key {name}/{key} expired: its result is no longer kept, and its \
+                 tombstone refuses a late repeat; use a new key for a new request"
             ),
             Error::Codec(e) => write!(f, "{e}"),
             Error::Key(e) => write!(f, "idempotency key could not be encoded: {e}"),

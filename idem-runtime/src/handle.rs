@@ -181,6 +181,16 @@ impl Idem {
         self.reconfigured(|inner| inner.codec.compress_above = Some(above))
     }
 
+    /// Keeps a tombstone for every key this handle's calls complete, for `tombstone` after
+    /// their `ttl` (calls that set none of their own: [`crate::Call::tombstone`],
+    /// `#[idempotent(tombstone = …)]`): a late repeat gets [`Error::Expired`] instead of
+    /// running the body again. Steps take no default tombstone (only one written on them).
+    pub fn with_tombstone(self, tombstone: Duration) -> Idem {
+        self.reconfigured(|inner| {
+            inner.defaults.tombstone = (!tombstone.is_zero()).then_some(tombstone)
+        })
+    }
+
     /// Refuses results larger than `max` bytes as stored (after compression and encryption):
     /// such a call fails with [`Error::Codec`] of kind
     /// [`CodecErrorKind::TooLarge`](crate::CodecErrorKind::TooLarge) and its key is released,

@@ -59,6 +59,8 @@ pub(crate) enum Ended {
     Parked,
     /// The call took over an abandoned attempt and its reconcile could not decide.
     Undecided,
+    /// The key's result expired and its tombstone refused the call.
+    Expired,
 }
 
 impl Ended {
@@ -78,6 +80,7 @@ impl Ended {
             Ended::Dropped => "dropped",
             Ended::Parked => "parked",
             Ended::Undecided => "undecided",
+            Ended::Expired => "expired",
         }
     }
 }
@@ -230,6 +233,7 @@ impl Obs {
             Error::Mismatch { .. } => Ended::Mismatch,
             Error::LeaseLost { .. } => Ended::LeaseLost,
             Error::OutcomeUnknown { .. } => Ended::Parked,
+            Error::Expired { .. } => Ended::Expired,
             Error::Store(_) => Ended::StoreError,
             Error::Codec(_) => Ended::CodecError,
             Error::Key(_) | Error::Config(_) => Ended::Invalid,
@@ -271,7 +275,7 @@ impl Obs {
                 idem.name = &*self.name, idem.key = key, idem.outcome = outcome,
                 "idem: the key is parked: an abandoned attempt's outcome is unknown until an operator resolves it"
             ),
-            Error::InProgress { .. } | Error::Mismatch { .. } => {}
+            Error::InProgress { .. } | Error::Mismatch { .. } | Error::Expired { .. } => {}
         }
     }
 }
@@ -292,6 +296,11 @@ impl Drop for Obs {
                 idem.outcome = outcome,
                 idem.store_latency_us = latency_us,
                 "idem: key reused with other arguments"
+            ),
+            Ended::Expired => tracing::info!(
+                idem.outcome = outcome,
+                idem.store_latency_us = latency_us,
+                "idem: a late repeat of an expired key, refused by its tombstone"
             ),
             Ended::Panicked => tracing::warn!(
                 idem.name = &*self.name,

@@ -111,6 +111,10 @@ pub struct Defaults {
     pub lease: Duration,
     /// How long a duplicate waits for the attempt in flight (default: not at all).
     pub wait: Option<Duration>,
+    /// How long a key's digest and fingerprint are kept after its result expires, so that a
+    /// late repeat gets `Error::Expired` instead of running again (default: none, the key is
+    /// free again after `ttl`).
+    pub tombstone: Option<Duration>,
 }
 
 impl Default for Defaults {
@@ -119,6 +123,7 @@ impl Default for Defaults {
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
             wait: None,
+            tombstone: None,
         }
     }
 }

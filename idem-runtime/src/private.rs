@@ -323,7 +323,7 @@ pub mod resume {
         }
 
         /// The next argument, as a `T`.
-        pub fn next<T: StoredArg>(&mut self) -> Result<T, Error> {
+        pub fn take<T: StoredArg>(&mut self) -> Result<T, Error> {
             let value = self.0.next().ok_or_else(|| {
                 Error::codec(
                     crate::CodecErrorKind::TypeChanged,

@@ -42,6 +42,14 @@ pub enum Decision {
     /// The key is parked, with the same arguments: an abandoned attempt's outcome is unknown
     /// until an operator resolves it; the body must not run.
     OutcomeUnknown,
+    /// The key's result expired and its tombstone is kept ([`tombstoned`]), with the same
+    /// arguments: the body ran once already and must not run again.
+    Expired {
+        /// When the result expired (the record's `expires_at`).
+        expired_at: i64,
+        /// When the tombstone ends (the record's `keep_until`).
+        until: i64,
+    },
 }
 
 /// Decides what a call does given what its claim found.
@@ -56,6 +64,17 @@ pub fn decide(outcome: ClaimOutcome, fingerprint: &Digest) -> Decision {
 pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
     if record.fingerprint != *fingerprint {
         return Decision::Mismatch;
+    }
+    if tombstoned(
+        record.status,
+        record.expires_at,
+        record.keep_until,
+        record.now,
+    ) {
+        return Decision::Expired {
+            expired_at: record.expires_at,
+            until: record.keep_until,
+        };
     }
     let left = record.remaining();
     match record.status {
@@ -100,6 +119,29 @@ pub fn is_live(expires_at: i64, now: i64) -> bool {
 /// as good as never seen).
 pub fn abandoned(status: Status, expires_at: i64, keep_until: i64, now: i64) -> bool {
     status == Status::InProgress && !is_live(expires_at, now) && !may_forget(keep_until, now)
+}
+
+/// Whether a record is a **tombstone**: completed, its result expired (not live), and still
+/// kept (`now < keep_until`). A completion with a tombstone keeps its record past its TTL
+/// (`keep_until = expires_at + tombstone`); without one `keep_until = expires_at`, so a
+/// completed record is never a tombstone. A claim finds a tombstone as it finds a live record
+/// ([`occupied`]): nothing is written, and the call gets `Expired` instead of running again.
+/// Its value is not replayed (stores drop it once the TTL is over, or do not return it).
+pub fn tombstoned(status: Status, expires_at: i64, keep_until: i64, now: i64) -> bool {
+    status == Status::Completed && !is_live(expires_at, now) && is_live(keep_until, now)
+}
+
+/// Whether a record keeps a claim out: it is live, or it is a tombstone ([`tombstoned`]). The
+/// rule behind every store's claim (and nothing else: `get`, renewals and completions go by
+/// liveness alone).
+pub fn occupied(status: Status, expires_at: i64, keep_until: i64, now: i64) -> bool {
+    is_live(expires_at, now) || tombstoned(status, expires_at, keep_until, now)
+}
+
+/// `keep_until` of a completion at `now`: the end of its TTL, and with a tombstone that much
+/// longer (saturating).
+pub fn completed_keep_until(expires_at: i64, tombstone: Duration) -> i64 {
+    expires_at.saturating_add(i64::try_from(tombstone.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// What a claim at `record.now` that replaces `record` (not live) takes over: `Some` when it is

@@ -158,40 +158,45 @@ async fn a_skewed_clock_never_completes_twice(url: String) {
     }
 }
 
-/// A result over DynamoDB's 400 KB item limit: a typed error, nothing half-written, and the key
-/// released so that the next call runs. The store declares its limit (`Store::max_value_len`),
-/// so the handle refuses such a result before a request is sent: `TooLarge`.
+/// A result over DynamoDB's 400 KB item limit is stored in chunks beside the record and replayed
+/// whole; one over the handle's limit is a typed error, nothing half-written, and the key
+/// released so that the next call runs.
 async fn a_result_too_large_is_refused_and_released(url: String) {
     let idem = Idem::from_store(store(&url, &table("big")).await);
-    let limit = idem
-        .store()
-        .max_value_len()
-        .expect("DynamoDB declares its item limit");
+    assert_eq!(
+        idem.store().max_value_len(),
+        None,
+        "chunks: no limit of its own"
+    );
+    let limit = idem::store::dynamodb::max_inline_value_len();
     assert!(limit < idem::store::dynamodb::MAX_ITEM_BYTES, "{limit}");
     let name = idem::testkit::unique("big");
-    // A JSON array of bytes takes about two bytes an element: both are over the limit.
+    // A JSON array of bytes takes about two bytes an element: both are over one item.
     for len in [300 * 1024, 500 * 1024] {
-        let err = idem
-            .call(name.clone())
-            .key(&len)
-            .run(async move { Ok::<_, Error>(vec![7u8; len]) })
-            .await
-            .unwrap_err();
-        match &err {
-            Error::Codec(e) => assert_eq!(e.kind, CodecErrorKind::TooLarge, "{err}"),
-            other => panic!("expected TooLarge, got {other:?}"),
-        }
-        let key = idem::testkit::digest(&name, &len);
-        assert_eq!(idem.store().get(&key).await.unwrap(), None, "released");
-        let out = idem
-            .call(name.clone())
-            .key(&len)
-            .run(async { Ok::<_, Error>(vec![1u8]) })
-            .await
-            .unwrap();
-        assert!(!out.is_replayed(), "the next call runs");
+        let run = || {
+            idem.call(name.clone())
+                .key(&len)
+                .run(async move { Ok::<_, Error>(vec![7u8; len]) })
+        };
+        assert!(!run().await.unwrap().is_replayed());
+        let again = run().await.unwrap();
+        assert!(again.is_replayed(), "stored in chunks and replayed");
+        assert_eq!(again.into_inner().len(), len);
     }
-    // Under the declared limit (which leaves room for a 256-byte namespace) but over the item
+    let small = Idem::from_store(store(&url, &table("big")).await).with_max_value_len(64 << 10);
+    let err = small
+        .call(name.clone())
+        .key("over")
+        .run(async { Ok::<_, Error>(vec![7u8; 100 << 10]) })
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Codec(e) => assert_eq!(e.kind, CodecErrorKind::TooLarge, "{err}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let key = idem::testkit::digest(&name, "over");
+    assert_eq!(small.store().get(&key).await.unwrap(), None, "released");
+    // Within one item (whose limit leaves room for a 256-byte namespace) but over the item
     // limit with this 2,000-byte namespace: DynamoDB refuses the write, kind `Capacity`.
     let long = format!("{}{}", "n".repeat(2000), idem::testkit::unique("big"));
     let len = limit - 100;

@@ -250,3 +250,42 @@ async fn a_call_its_client_cancels_finishes_once_and_its_retry_is_replayed() {
     );
     assert_eq!(s.ledger.charges.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_abandoned_mid_method_parks_its_key_with_failed_precondition() {
+    // Not detached: the client's cancel cuts the method; its claim lapses after the lease.
+    let layer = layer()
+        .detached(false)
+        .lease(Duration::from_millis(300))
+        .on_abandoned(idem::OnAbandoned::Park);
+    let mut s = serve(layer).await;
+    let mut first_client = s.client.clone();
+    let held = ChargeRequest {
+        hold: true,
+        ..charge("o-4", 40)
+    };
+    let first = tokio::spawn(async move { first_client.charge(Some("o-4"), held).await });
+    within("the first call's start", async {
+        while s.ledger.calls.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for _ in 0..2 {
+        // The same request (a parked key's method would wait at the gate: it must not run).
+        let again = ChargeRequest {
+            hold: true,
+            ..charge("o-4", 40)
+        };
+        let parked = within("the retry", s.client.charge(Some("o-4"), again))
+            .await
+            .unwrap_err();
+        assert_eq!(parked.code(), Code::FailedPrecondition, "{parked:?}");
+        assert_eq!(problem_type(&parked), problem::OUTCOME_UNKNOWN);
+    }
+    assert_eq!(s.ledger.calls.load(Ordering::SeqCst), 1, "no method rerun");
+    assert_eq!(s.ledger.charges.load(Ordering::SeqCst), 0);
+}

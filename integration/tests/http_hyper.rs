@@ -179,3 +179,30 @@ fn _inner_request_is_a_request(
 ) -> Request<idem::http::LayerBody<Incoming>> {
     req
 }
+
+/// With a tombstone, a retry after the ttl is `410 Gone` with the `idempotency-key-expired`
+/// problem type, and the handler does not run again; a new key runs.
+#[tokio::test]
+async fn a_late_retry_under_a_tombstone_is_410_gone() {
+    let layer = IdempotencyLayer::new(Idem::memory())
+        .ttl(std::time::Duration::from_millis(300))
+        .tombstone(std::time::Duration::from_secs(3600));
+    let (url, runs) = serve(layer).await;
+    let first = post(&url, "\"t-1\"", "text/plain", "pay").await;
+    assert_eq!(first.status(), 201);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let late = post(&url, "\"t-1\"", "text/plain", "pay").await;
+    assert_eq!(late.status(), 410);
+    assert_eq!(
+        late.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let doc: serde_json::Value = late.json().await.unwrap();
+    assert_eq!(doc["type"], idem::http::problem::KEY_EXPIRED);
+    assert!(idem::http::problem::KEY_EXPIRED.ends_with("#idempotency-key-expired"));
+    assert_eq!(doc["status"], 410);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    let other = post(&url, "\"t-2\"", "text/plain", "pay").await;
+    assert_eq!(other.status(), 201);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

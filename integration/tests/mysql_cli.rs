@@ -8,6 +8,8 @@
 //! the tests, in the same target directory and profile (a no-op when it is up to date).
 
 mod mysql_common;
+#[path = "../../idem-cli/tests/common/parked.rs"]
+mod parked;
 
 use idem::testkit::{unique, Counter};
 use idem::Idem;
@@ -426,8 +428,27 @@ async fn connection_and_permission_errors_say_what_to_do(url: String) {
     table.drop_all().await;
 }
 
+/// Parked keys: listed by `idem pending`, resolved both ways, refusals (the CLI's own scenario,
+/// `idem-cli/tests/common/parked.rs`).
+async fn pending_lists_parked_keys_and_resolve_decides_them(url: String) {
+    let table = Table::new(&url).await;
+    let cli = Cli::new(&url, Some(&table.name));
+    let app = table.open(&url).await;
+    parked::parked_keys_are_listed_and_resolved(&app, "charges.v1", |args| {
+        let run = cli.run(args);
+        parked::Out {
+            code: run.code,
+            stdout: run.stdout,
+            stderr: run.stderr,
+        }
+    })
+    .await;
+    table.drop_all().await;
+}
+
 idem_integration::server_tests! {
     MYSQL => [
+        pending_lists_parked_keys_and_resolve_decides_them,
         an_operator_finds_explains_and_releases_a_stuck_key,
         a_table_never_migrated_says_run_migrate_and_migrate_creates_it,
         stats_count_and_purge_deletes_expired_records,

@@ -40,6 +40,7 @@ async fn statements_per_step(url: String) {
         token,
         value: b"v",
         ttl: Duration::from_secs(60),
+        tombstone: std::time::Duration::ZERO,
     };
     assert!(store.complete(done(&warm, token)).await.unwrap());
 

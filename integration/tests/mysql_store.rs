@@ -241,6 +241,7 @@ async fn one_of_64_takes_a_lapsed_claim_over(url: String) {
         token: old,
         value: b"late",
         ttl: Duration::from_secs(60),
+        tombstone: std::time::Duration::ZERO,
     };
     assert!(
         !store.complete(done).await.unwrap(),

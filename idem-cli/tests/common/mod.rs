@@ -1,6 +1,8 @@
 //! Runs the built `idem` binary as a process and captures what it says.
 #![allow(dead_code)]
 
+pub mod parked;
+
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -139,4 +141,13 @@ pub async fn complete(idem: &idem::Idem, name: &'static str, key: &str, value: u
         .await
         .expect("the call succeeds");
     assert!(!out.is_replayed());
+}
+
+/// The tool's run as the shared parked-keys scenario takes it.
+pub fn out(run: Run) -> parked::Out {
+    parked::Out {
+        code: run.code,
+        stdout: run.stdout,
+        stderr: run.stderr,
+    }
 }

@@ -92,6 +92,13 @@ impl Prepared {
                 }
                 Decision::Mismatch => Begun::Done(Err(self.mismatch().into())),
                 Decision::OutcomeUnknown => Begun::Done(Err(self.outcome_unknown().into())),
+                Decision::Expired { expired_at, until } => Begun::Done(Err(Error::Expired {
+                    name: self.name.to_string(),
+                    key: self.key.to_hex(),
+                    expired_at,
+                    until,
+                }
+                .into())),
                 Decision::InProgress { retry_after } => {
                     Begun::Done(Err(self.in_progress(retry_after).into()))
                 }

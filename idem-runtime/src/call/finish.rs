@@ -73,10 +73,22 @@ impl Prepared {
     /// handle caches results.
     fn seal<V>(&self, plain: Vec<u8>) -> Result<(Vec<u8>, Option<Vec<u8>>), Error> {
         let keep = self.idem.cache().map(|_| plain.clone());
-        let stored =
-            self.idem
-                .codec()
-                .seal(std::any::type_name::<V>(), &self.name, &self.key, plain)?;
+        let type_name = std::any::type_name::<V>();
+        let stored = self
+            .idem
+            .codec()
+            .seal(type_name, &self.name, &self.key, plain)?;
+        if let Some(max) = self.max_value.filter(|max| stored.len() > *max) {
+            return Err(Error::codec(
+                crate::CodecErrorKind::TooLarge,
+                type_name,
+                format!(
+                    "{} bytes as stored, over {}'s limit of {max} bytes (`max_value`)",
+                    stored.len(),
+                    self.name
+                ),
+            ));
+        }
         Ok((stored, keep))
     }
 
@@ -106,6 +118,7 @@ impl Prepared {
             token,
             value,
             ttl: self.ttl,
+            tombstone: self.tombstone,
         };
         let step = obs.store("complete", exec.complete(done));
         let completed = match held {

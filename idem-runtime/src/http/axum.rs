@@ -113,9 +113,12 @@
 //! | 409 | [`problem::IN_PROGRESS`] | a request with this key is being processed; `Retry-After` says when to retry |
 //! | 413 | [`problem::BODY_TOO_LARGE`] | the body is above [`IdempotencyLayer::body_limit`] |
 //! | 422 | [`problem::KEY_REUSED`] | the key was used before with another request (method, path, query or body) |
+//! | 423 | [`problem::OUTCOME_UNKNOWN`] | an abandoned attempt's outcome is unknown and the key is parked ([`IdempotencyLayer::on_abandoned`]) until an operator resolves it; do not retry blindly |
+//! | 410 | [`problem::KEY_EXPIRED`] | the key was used and its response expired; its tombstone ([`IdempotencyLayer::tombstone`]) refuses a late retry |
 //! | 500 | [`problem::PRINCIPAL_MISSING`] | no principal and anonymous requests are not allowed |
 //! | 500 | [`problem::INTERNAL`] | a stored response no longer decodes, or the handler's response body failed |
 //! | 503 | [`problem::STORE_UNAVAILABLE`] | the idempotency store failed; retry later (`Retry-After`) |
+//! | 503 | [`problem::OUTCOME_UNDECIDED`] | an abandoned attempt's outcome could not be reconciled yet ([`IdempotencyLayer::reconcile`]); retry later (`Retry-After`) |
 //! | 503 | [`problem::OVERLOADED`] | [`IdempotencyLayer::max_in_flight`] handlers run already; retry later (`Retry-After`) |
 //! | 503 | [`problem::SHUTTING_DOWN`] | the server is shutting down ([`ShutdownHandle::shutdown`]); retry (`Retry-After`) |
 
@@ -125,9 +128,10 @@ pub use super::decode_stored_response;
 #[doc(no_inline)]
 pub use super::problem;
 pub use super::{
-    parse_key, parse_key_value, store_policy, Buffered, FingerprintMode, IdempotencyLayer,
-    IdempotencyService, InnerRequest, LayerBody, NoStore, Principal, ShutdownHandle, StillRunning,
-    IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_KEY_LEN, STORED_HEADERS,
+    parse_key, parse_key_value, store_policy, AbandonedRequest, Buffered, FingerprintMode,
+    IdempotencyLayer, IdempotencyService, InnerRequest, LayerBody, NoStore, Principal, Reconciled,
+    ShutdownHandle, StillRunning, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, MAX_KEY_LEN,
+    STORED_HEADERS,
 };
 /// The body type of the requests an axum router gives the layer's service.
 pub use ::axum::body::Body;

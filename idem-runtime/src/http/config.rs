@@ -68,6 +68,7 @@ pub(super) struct Config {
     pub(super) ttl: Option<Duration>,
     pub(super) lease: Option<Duration>,
     pub(super) wait: Option<Duration>,
+    pub(super) tombstone: Option<Duration>,
     pub(super) retry_after: Duration,
     pub(super) scope: Arc<ScopeFn>,
     pub(super) allow_anonymous: bool,
@@ -88,4 +89,8 @@ pub(super) struct Config {
     pub(super) protocol: Protocol,
     #[cfg(feature = "grpc")]
     pub(super) grpc_store_if: Arc<GrpcStoreIfFn>,
+    /// What a request that takes over an abandoned attempt does without a reconcile hook.
+    pub(super) on_abandoned: crate::OnAbandoned,
+    /// The reconcile hook: when set, it decides every takeover (`on_abandoned` is not used).
+    pub(super) reconcile: Option<Arc<super::reconcile::ReconcileFn>>,
 }

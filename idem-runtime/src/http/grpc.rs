@@ -41,8 +41,9 @@
 //! | 409 in progress | `ABORTED` | a concurrency conflict with the first call (`google.rpc.Code` maps 409 to it); retry the same call, with the same key, after the pushback: it then gets the first call's response |
 //! | 413 body too large | `RESOURCE_EXHAUSTED` | what gRPC servers answer to a message above their limit |
 //! | 422 key reused | `FAILED_PRECONDITION` | the same call with a fresh key is valid: the state (the key's first use), not the argument, refuses it, and retrying cannot help |
+//! | 423 outcome unknown | `FAILED_PRECONDITION` | the key is parked: an abandoned call's outcome is unknown and only an operator's resolve changes that; do not retry until then |
 //! | 500 principal missing / internal | `INTERNAL` | a server-side fault |
-//! | 503 store unavailable / overloaded / shutting down | `UNAVAILABLE` | the call did not run; retrying it as it is, with the same key, is safe (gRPC retry policies retry it) |
+//! | 503 store unavailable / overloaded / shutting down / outcome undecided | `UNAVAILABLE` | the call did not run; retrying it as it is, with the same key, is safe (gRPC retry policies retry it) |
 //!
 //! Where the HTTP layer sends `Retry-After`, the gRPC one sends the same seconds (the one rule,
 //! [`Error::retry_after`](crate::Error::retry_after) for an in-progress call) as `retry-after`

@@ -86,11 +86,16 @@ fn code_of(problem: &Problem) -> Code {
     match problem.type_ {
         problem::IN_PROGRESS => Code::Aborted,
         problem::BODY_TOO_LARGE => Code::ResourceExhausted,
-        problem::KEY_REUSED => Code::FailedPrecondition,
-        problem::PRINCIPAL_MISSING | problem::INTERNAL => Code::Internal,
-        problem::STORE_UNAVAILABLE | problem::OVERLOADED | problem::SHUTTING_DOWN => {
-            Code::Unavailable
+        // A key reused, used and expired (its tombstone), or parked until an operator decides:
+        // a retry cannot change the answer.
+        problem::KEY_REUSED | problem::KEY_EXPIRED | problem::OUTCOME_UNKNOWN => {
+            Code::FailedPrecondition
         }
+        problem::PRINCIPAL_MISSING | problem::INTERNAL => Code::Internal,
+        problem::STORE_UNAVAILABLE
+        | problem::OVERLOADED
+        | problem::SHUTTING_DOWN
+        | problem::OUTCOME_UNDECIDED => Code::Unavailable,
         // KEY_MISSING, KEY_MALFORMED, an unreadable body
         _ => Code::InvalidArgument,
     }

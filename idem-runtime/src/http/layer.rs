@@ -3,8 +3,9 @@
 use super::config::{store_policy, Config, OnReplayFn, Protocol, ScopeFn, StoreIfFn};
 use super::detach::ShutdownHandle;
 use super::fingerprint::FingerprintMode;
+use super::reconcile::{AbandonedRequest, Reconciled};
 use super::service::IdempotencyService;
-use crate::policy::OnError;
+use crate::policy::{OnAbandoned, OnError};
 use crate::Idem;
 use http::request::Parts as RequestParts;
 use http::response::Parts as ResponseParts;
@@ -54,6 +55,8 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("respect_no_store", &c.respect_no_store)
             .field("response_limit", &c.response_limit)
             .field("protocol", &c.protocol)
+            .field("on_abandoned", &c.on_abandoned)
+            .field("reconcile", &c.reconcile.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -79,6 +82,7 @@ impl IdempotencyLayer {
                 key_required: true,
                 body_limit: 1 << 20,
                 ttl: None,
+                tombstone: None,
                 lease: None,
                 wait: None,
                 retry_after: Duration::from_secs(1),
@@ -96,6 +100,8 @@ impl IdempotencyLayer {
                 protocol: Protocol::Http,
                 #[cfg(feature = "grpc")]
                 grpc_store_if: Arc::new(super::grpc_status::store_policy),
+                on_abandoned: OnAbandoned::Rerun,
+                reconcile: None,
             }),
         }
     }
@@ -145,6 +151,14 @@ impl IdempotencyLayer {
     /// How long a stored response is replayed (default: the handle's ttl, 24 h).
     pub fn ttl(self, ttl: Duration) -> Self {
         self.with(|c| c.ttl = Some(ttl))
+    }
+
+    /// After the ttl, keep the key's tombstone this long (default: the handle's,
+    /// [`Idem::with_tombstone`](crate::Idem::with_tombstone), none unless set): a late retry
+    /// with the key gets `410 Gone` ([`problem::KEY_EXPIRED`](super::problem::KEY_EXPIRED))
+    /// instead of running the handler again.
+    pub fn tombstone(self, tombstone: Duration) -> Self {
+        self.with(|c| c.tombstone = Some(tombstone))
     }
 
     /// How long a request's claim lives without renewal (default: the handle's lease, 30 s);
@@ -240,6 +254,8 @@ impl IdempotencyLayer {
     pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         let names: Vec<HeaderName> = names.into_iter().collect();
         self.with(|c| {
+            // Extended below for a gRPC layer only.
+            #[cfg_attr(not(feature = "grpc"), allow(unused_mut))]
             let mut names = names;
             #[cfg(feature = "grpc")]
             if c.protocol == Protocol::Grpc {
@@ -287,6 +303,50 @@ impl IdempotencyLayer {
     /// retry runs the handler again, so set it above the responses of handlers with effects.
     pub fn response_limit(self, bytes: usize) -> Self {
         self.with(|c| c.response_limit = Some(bytes))
+    }
+
+    /// What a request does when it takes over an abandoned attempt (one whose lease lapsed
+    /// before its response was stored: the server died mid-handler, or a handler that is not
+    /// [`detached`](IdempotencyLayer::detached) was cut with its connection), as
+    /// `on_abandoned = …` of `#[idempotent]`: [`OnAbandoned::Rerun`] (the default) runs the
+    /// handler again, and the handler can tell with [`crate::recovery`];
+    /// [`OnAbandoned::Park`] runs nothing: this and every later request with the key get a
+    /// 423 [`problem::OUTCOME_UNKNOWN`](super::problem::OUTCOME_UNKNOWN) until an operator
+    /// resolves the key (`idem resolve`, the board). With a
+    /// [`reconcile`](IdempotencyLayer::reconcile) hook, the hook decides instead.
+    pub fn on_abandoned(self, on_abandoned: OnAbandoned) -> Self {
+        self.with(|c| c.on_abandoned = on_abandoned)
+    }
+
+    /// Decides a takeover of an abandoned attempt by looking its effect up, as `reconcile = …`
+    /// of `#[idempotent]`: when a request takes one over, `hook` runs before the handler, inside
+    /// the call ([`crate::current_key`] and [`crate::recovery`] answer), with the request
+    /// ([`AbandonedRequest`]: its key, scope, method, URI, fields and body). It returns
+    /// ([`Reconciled`]) `Ok(Some(response))` when the effect happened — the response is stored
+    /// and sent as the handler's would be, and the handler does not run —, `Ok(None)` when it
+    /// did not — the handler runs —, or `Err(e)` when it cannot tell yet — a 503
+    /// [`problem::OUTCOME_UNDECIDED`](super::problem::OUTCOME_UNDECIDED), and the key stays
+    /// abandoned for the next request to reconcile again. A first attempt never calls it.
+    /// With a hook, [`on_abandoned`](IdempotencyLayer::on_abandoned) is not used.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem;
+    /// use idem::http::{AbandonedRequest, IdempotencyLayer};
+    /// # async fn charge_at_gateway(key: &str) -> Result<Option<String>, std::io::Error> { Ok(None) }
+    /// let layer = IdempotencyLayer::new(idem::Idem::memory()).reconcile(|req: AbandonedRequest| async move {
+    ///     // the handler sent its charge to the gateway under the request's key
+    ///     Ok(charge_at_gateway(&req.key).await?.map(|id| {
+    ///         http::Response::builder().status(201).body(bytes::Bytes::from(id)).unwrap()
+    ///     }))
+    /// });
+    /// ```
+    pub fn reconcile<F, Fut>(self, hook: F) -> Self
+    where
+        F: Fn(AbandonedRequest) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Reconciled> + Send + 'static,
+    {
+        let hook = super::reconcile::boxed(hook);
+        self.with(|c| c.reconcile = Some(hook))
     }
 
     /// The handle that waits for this layer's running handlers at shutdown (shared by every

@@ -36,6 +36,7 @@ pub mod grpc;
 mod grpc_status;
 mod key;
 mod layer;
+mod reconcile;
 mod service;
 mod stored;
 
@@ -45,6 +46,7 @@ pub use detach::{ShutdownHandle, StillRunning};
 pub use fingerprint::FingerprintMode;
 pub use key::{parse_key, parse_key_value, IDEMPOTENCY_KEY, MAX_KEY_LEN};
 pub use layer::{IdempotencyLayer, Principal};
+pub use reconcile::{AbandonedRequest, Reconciled};
 pub use service::{IdempotencyService, InnerRequest};
 #[cfg(feature = "testkit")]
 #[doc(hidden)]

@@ -42,6 +42,33 @@
 //! (another method, path, query or body); the request did not run. Use a new key for a new
 //! request.
 //!
+//! # Outcome unknown
+//!
+//! `423 Locked`, [`OUTCOME_UNKNOWN`]. An earlier attempt of this request was abandoned (its
+//! server died, or its lease lapsed, after the handler started and before its response was
+//! stored), the layer parks such keys ([`IdempotencyLayer::on_abandoned`]) and nobody knows
+//! whether its effect happened. The key is locked until an operator resolves it (`idem pending`,
+//! `idem resolve`, or the board): then a retry gets the response the operator stored, or runs
+//! the request. Do not retry blindly, and do not send the operation again under a new key: it
+//! may have happened. Not a `409` (clients retry a `409` after `Retry-After`, and there is none
+//! to give) nor a `5xx` (retry policies retry those): `423` is a state of the key that retrying
+//! does not change.
+//!
+//! [`IdempotencyLayer::on_abandoned`]: super::IdempotencyLayer::on_abandoned
+//!
+//! # Outcome undecided
+//!
+//! `503 Service Unavailable`, [`OUTCOME_UNDECIDED`]. An earlier attempt of this request was
+//! abandoned and the server's reconcile hook could not find out yet whether its effect happened
+//! (the service it asks failed); the request did not run. Retry it later (`Retry-After`) with
+//! the same key: the next attempt asks again.
+//! # Idempotency key expired
+//!
+//! `410 Gone`, [`KEY_EXPIRED`]. The key was used before, and its response is no longer kept
+//! (its TTL passed); the layer keeps a tombstone of it (`IdempotencyLayer::tombstone`), so the
+//! request did not run again. A late retry of an operation that already ran: do not retry it;
+//! use a new key only for a new request.
+//!
 //! # Principal missing
 //!
 //! `500 Internal Server Error`, [`PRINCIPAL_MISSING`]. The layer found no principal to scope
@@ -95,6 +122,13 @@ pub const IN_PROGRESS: &str = problem_type!("request-in-progress");
 pub const BODY_TOO_LARGE: &str = problem_type!("body-too-large");
 /// 422: the key was used before with another request (method, path, query or body).
 pub const KEY_REUSED: &str = problem_type!("idempotency-key-reused");
+/// 423: an abandoned attempt's outcome is unknown and the key is parked until an operator
+/// resolves it; do not retry blindly.
+pub const OUTCOME_UNKNOWN: &str = problem_type!("outcome-unknown");
+/// 503: an abandoned attempt's outcome could not be reconciled yet; retry later, same key.
+pub const OUTCOME_UNDECIDED: &str = problem_type!("outcome-undecided");
+/// 410: the key was used before and its response expired; its tombstone refuses a late retry.
+pub const KEY_EXPIRED: &str = problem_type!("idempotency-key-expired");
 /// 500: the layer found no principal and anonymous requests are not allowed.
 pub const PRINCIPAL_MISSING: &str = problem_type!("principal-missing");
 /// 500: a stored response no longer decodes, or the handler's response body failed.
@@ -234,6 +268,9 @@ mod tests {
             IN_PROGRESS,
             BODY_TOO_LARGE,
             KEY_REUSED,
+            OUTCOME_UNKNOWN,
+            OUTCOME_UNDECIDED,
+            KEY_EXPIRED,
             PRINCIPAL_MISSING,
             INTERNAL,
             STORE_UNAVAILABLE,

@@ -7,6 +7,7 @@ use super::detach::Refused;
 use super::fingerprint::Fingerprint;
 use super::key::parse_key;
 use super::problem::{self, Problem};
+use super::reconcile::{AbandonedRequest, ReconcileFn};
 use super::stored::{FreshResponse, StoredResponse};
 use crate::error::BoxError;
 use crate::policy::OnError;
@@ -122,7 +123,18 @@ where
         Err(problem) => return Ok(render(&config, problem)),
     };
     let call = idempotent_call(&config, &key, scope.as_deref(), &parts, &body);
+    // What a reconcile hook is told, should this request take over an abandoned attempt.
+    let abandoned = config.reconcile.as_ref().map(|_| AbandonedRequest {
+        key,
+        scope,
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+        recovery: crate::Recovery::new(2, 0),
+    });
     let req = Request::from_parts(parts, Either::Left(Buffered::from(body)));
+    let call = Inner { call, abandoned };
     if !config.detached {
         let (result, fresh) = run_inner(call, config.clone(), inner, req).await;
         return answer(&config, result, fresh);
@@ -271,7 +283,8 @@ fn idempotent_call(
         .idem
         .call(config.name.clone())
         .key(key)
-        .fingerprint(&Fingerprint::of(parts, body, config.fingerprint));
+        .fingerprint(&Fingerprint::of(parts, body, config.fingerprint))
+        .on_abandoned(config.on_abandoned);
     if let Some(scope) = scope {
         call = call.scope(scope);
     }
@@ -280,6 +293,9 @@ fn idempotent_call(
     }
     if let Some(lease) = config.lease {
         call = call.lease(lease);
+    }
+    if let Some(tombstone) = config.tombstone {
+        call = call.tombstone(tombstone);
     }
     if let Some(wait) = config.wait {
         call = call.wait(wait);
@@ -294,6 +310,8 @@ enum Failure<E> {
     Released,
     Service(E),
     ResponseBody(BoxError),
+    /// The reconcile hook could not tell whether the abandoned attempt's effect happened.
+    Undecided(BoxError),
 }
 
 impl<E> From<Error> for Failure<E> {
@@ -306,9 +324,16 @@ impl<E> From<Error> for Failure<E> {
 /// (with its extensions), whether it was stored or released.
 type Fresh = Option<FreshResponse>;
 
-/// Runs the inner service under the idempotent call (or replays, or fails without running it).
-async fn run_inner<S, ReqB, ResB>(
+/// The idempotent call of a request, and what its reconcile hook is told (with a hook).
+struct Inner {
     call: Call,
+    abandoned: Option<AbandonedRequest>,
+}
+
+/// Runs the inner service under the idempotent call (or replays, or fails without running it;
+/// or, taking over an abandoned attempt with a reconcile hook, adopts the hook's response).
+async fn run_inner<S, ReqB, ResB>(
+    call: Inner,
     config: Arc<Config>,
     mut inner: S,
     req: InnerRequest<ReqB>,
@@ -321,31 +346,66 @@ where
     ResB::Error: Into<BoxError>,
 {
     let slot: Mutex<Fresh> = Mutex::new(None);
-    let result = call
-        .run(async {
-            let res = inner.call(req).await.map_err(Failure::Service)?;
-            let (parts, body) = res.into_parts();
-            let collected = body
-                .collect()
+    let handler = async {
+        let res = inner.call(req).await.map_err(Failure::Service)?;
+        let (parts, body) = res.into_parts();
+        let collected = body
+            .collect()
+            .await
+            .map_err(|e| Failure::ResponseBody(e.into()))?;
+        let trailers = collected.trailers().cloned();
+        let fresh = FreshResponse {
+            parts,
+            body: collected.to_bytes(),
+            trailers,
+        };
+        let keep = keep(&config, &fresh);
+        let stored = StoredResponse::new(&fresh, config.stored_headers.as_deref());
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh);
+        match keep {
+            OnError::Keep => Ok(stored),
+            OnError::Release => Err(Failure::Released),
+        }
+    };
+    let result = match (config.reconcile.clone(), call.abandoned) {
+        (Some(hook), Some(abandoned)) => {
+            call.call
+                .reconcile(|| ask(hook, abandoned, &config, &slot))
+                .run(handler)
                 .await
-                .map_err(|e| Failure::ResponseBody(e.into()))?;
-            let trailers = collected.trailers().cloned();
-            let fresh = FreshResponse {
-                parts,
-                body: collected.to_bytes(),
-                trailers,
-            };
-            let keep = keep(&config, &fresh);
-            let stored = StoredResponse::new(&fresh, config.stored_headers.as_deref());
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh);
-            match keep {
-                OnError::Keep => Ok(stored),
-                OnError::Release => Err(Failure::Released),
-            }
-        })
-        .await;
+        }
+        _ => call.call.run(handler).await,
+    };
     let fresh = slot.into_inner().unwrap_or_else(|p| p.into_inner());
     (result, fresh)
+}
+
+/// The reconcile hook's verdict on an abandoned attempt, in the engine's terms: its response
+/// (stored and sent, in the slot as a fresh one), `None` (the handler runs), or undecided.
+async fn ask<E>(
+    hook: Arc<ReconcileFn>,
+    mut abandoned: AbandonedRequest,
+    config: &Config,
+    slot: &Mutex<Fresh>,
+) -> Result<Option<StoredResponse>, Failure<E>> {
+    if let Some(recovery) = crate::recovery() {
+        abandoned.recovery = recovery;
+    }
+    match hook(abandoned).await {
+        Ok(None) => Ok(None),
+        Ok(Some(res)) => {
+            let (parts, body) = res.into_parts();
+            let fresh = FreshResponse {
+                parts,
+                body,
+                trailers: None,
+            };
+            let stored = StoredResponse::new(&fresh, config.stored_headers.as_deref());
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh);
+            Ok(Some(stored))
+        }
+        Err(e) => Err(Failure::Undecided(e)),
+    }
 }
 
 /// Whether the layer's policy stores `fresh` or releases its key.
@@ -416,6 +476,21 @@ fn answer<B, E>(
             tracing::warn!(error = %e, "idem: the handler's response body failed; key released");
             render(config, Problem::internal("the response body failed"))
         }
+        Err(Failure::Undecided(e)) => {
+            tracing::warn!(error = %e, "idem: the reconcile hook could not decide an abandoned attempt; it stays abandoned");
+            render(
+                config,
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    problem::OUTCOME_UNDECIDED,
+                    "Outcome undecided",
+                    "an earlier attempt of this request was abandoned and whether its effect \
+                     happened cannot be told yet; the request did not run: retry it later \
+                     with the same key",
+                )
+                .retry_after(config.retry_after),
+            )
+        }
         Err(Failure::Idem(e @ Error::LeaseLost { .. })) => {
             // The handler ran to the end; its response is real even though it could not be
             // stored (another attempt took the key over after this one's lease lapsed).
@@ -447,6 +522,21 @@ fn idem_failure(config: &Config, e: Error) -> Problem {
             "Idempotency-Key reused",
             "this Idempotency-Key was already used with another request (method, path, \
              query or body); use a new key for a new request",
+        ),
+        Error::OutcomeUnknown { .. } => Problem::new(
+            StatusCode::LOCKED,
+            problem::OUTCOME_UNKNOWN,
+            "Outcome unknown",
+            "an earlier attempt of this request was abandoned and whether its effect happened \
+             is unknown; the key is locked until an operator resolves it. Do not retry blindly, \
+             and do not resend the operation under a new key",
+        ),
+        Error::Expired { .. } => Problem::new(
+            StatusCode::GONE,
+            problem::KEY_EXPIRED,
+            "Idempotency-Key expired",
+            "this Idempotency-Key was used and its response is no longer kept; the request \
+             did not run again. Use a new key for a new request",
         ),
         Error::Store(e) => {
             tracing::warn!(error = %e, "idem: store failed; answering 503");

@@ -21,6 +21,9 @@ pub struct Filter {
     pub older_than: Option<Duration>,
     /// At most this many records.
     pub limit: usize,
+    /// List tombstones (completed, their result expired, still kept: `tombstone = …`) instead
+    /// of live records.
+    pub tombstones: bool,
 }
 
 impl Default for Filter {
@@ -30,6 +33,7 @@ impl Default for Filter {
             status: None,
             older_than: None,
             limit: 100,
+            tombstones: false,
         }
     }
 }
@@ -65,11 +69,22 @@ impl Filter {
         self
     }
 
+    /// Tombstones instead of live records (`true`), or live records (`false`, the default).
+    pub fn tombstones(mut self, tombstones: bool) -> Self {
+        self.tombstones = tombstones;
+        self
+    }
+
     /// True when `info` passes every condition (for stores that filter client side).
     pub fn matches(&self, info: &KeyInfo) -> bool {
+        let listed = if self.tombstones {
+            crate::protocol::tombstoned(info.status, info.expires_at, info.keep_until, info.now)
+        } else {
+            info.expires_at > info.now
+        };
         self.name.as_deref().is_none_or(|n| n == info.name)
             && self.status.is_none_or(|s| s == info.status)
-            && info.expires_at > info.now
+            && listed
             && info.created_at <= info.now.saturating_sub(self.older_than_ms())
     }
 
@@ -139,6 +154,9 @@ pub enum State {
     /// Abandoned: in progress, its lease lapsed without a result or a release, still kept; the
     /// next call with the key takes it over.
     Abandoned,
+    /// A tombstone: completed, its result expired, its digest and fingerprint still kept
+    /// (`tombstone = …`); a call with the key gets `Error::Expired`.
+    Tombstone,
 }
 
 impl State {
@@ -146,6 +164,9 @@ impl State {
     pub fn of(status: Status, expires_at: i64, keep_until: i64, now: i64) -> State {
         if crate::protocol::abandoned(status, expires_at, keep_until, now) {
             return State::Abandoned;
+        }
+        if crate::protocol::tombstoned(status, expires_at, keep_until, now) {
+            return State::Tombstone;
         }
         match status {
             Status::Parked => State::Parked,
@@ -157,7 +178,7 @@ impl State {
     }
 
     /// From the number the SQL stores' `CASE` computes: 0 in progress, 1 completed, 2 expired,
-    /// 3 parked, 4 abandoned.
+    /// 3 parked, 4 abandoned, 5 tombstone.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
         allow(dead_code)
@@ -169,6 +190,7 @@ impl State {
             2 => Some(State::Expired),
             3 => Some(State::Parked),
             4 => Some(State::Abandoned),
+            5 => Some(State::Tombstone),
             _ => None,
         }
     }
@@ -378,6 +400,25 @@ pub trait Inspect: Store {
             rows.sort_by_key(|r| (r.expires_at, r.key));
             rows.truncate(query.filter.limit);
             Ok(rows)
+        })
+    }
+
+    /// The parked keys (abandoned attempts waiting for an operator's [`Store::resolve`]) of
+    /// namespace `name` (`None`: every namespace), oldest claim first, at most `limit`. A parked
+    /// record never lapses (`expires_at = keep_until = i64::MAX`), so the SQL stores find them
+    /// through their `keep_until` index; by default, and on Redis and DynamoDB, this is
+    /// [`Inspect::list`] with [`Filter::status`] `Parked`.
+    fn parked<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            let filter = Filter::new()
+                .name(name.map(str::to_owned))
+                .status(Some(Status::Parked))
+                .limit(limit);
+            self.list(&filter).await
         })
     }
 

@@ -15,7 +15,10 @@ use super::{
 };
 use crate::error::Error;
 use crate::key::Digest;
-use crate::protocol::{abandoned, ended_at, holds, is_live, may_forget, next_token};
+use crate::protocol::{
+    abandoned, completed_keep_until, ended_at, holds, is_live, may_forget, next_token, occupied,
+    tombstoned,
+};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -85,7 +88,13 @@ impl ShardState {
                 _ => break,
             }
             let Reverse((at, key)) = self.expiry.pop().expect("peeked");
-            if let Some(e) = self.entries.get(&key) {
+            if let Some(e) = self.entries.get_mut(&key) {
+                // A tombstone's value goes at the end of its TTL (filed at `expires_at`): it
+                // is never replayed, only its fingerprint matters.
+                if e.expires_at == at && tombstoned(e.status, e.expires_at, e.keep_until, now) {
+                    e.value = None;
+                    continue;
+                }
                 // Only the heap entry that matches the record's current `keep_until` may evict
                 // it, and never a live record.
                 if e.keep_until == at
@@ -236,6 +245,16 @@ impl MemoryStore {
         if let Some(e) = st.live(c.key, now) {
             return ClaimOutcome::Existing(record(c.key, e, now));
         }
+        if let Some(e) = st
+            .entries
+            .get(c.key)
+            .filter(|e| occupied(e.status, e.expires_at, e.keep_until, now))
+        {
+            // A tombstone: found without its value.
+            let mut found = record(c.key, e, now);
+            found.value = None;
+            return ClaimOutcome::Existing(found);
+        }
         // A write (a replay is not one): what keeps memory bounded by the live keys.
         st.evict(now, EVICT_PER_WRITE);
         let previous = st.entries.get(c.key);
@@ -298,11 +317,16 @@ impl Store for MemoryStore {
     fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
         let ok = self.fenced(done.key, done.token, |st, now| {
             let expires_at = now.saturating_add(millis(done.ttl));
+            let keep_until = completed_keep_until(expires_at, done.tombstone);
             if let Some(e) = st.entries.get_mut(done.key) {
                 e.status = Status::Completed;
                 e.value = Some(done.value.into());
             }
-            st.set_ends(done.key, expires_at, expires_at);
+            st.set_ends(done.key, expires_at, keep_until);
+            if keep_until != expires_at {
+                // Filed at the TTL's end too, where eviction drops the tombstone's value.
+                st.expiry.push(Reverse((expires_at, *done.key)));
+            }
         });
         if ok {
             self.shard(done.key).changed.notify_waiters();
@@ -518,6 +542,7 @@ mod tests {
                     token,
                     value: b"abc",
                     ttl: Duration::from_millis(ttl),
+                    tombstone: std::time::Duration::ZERO,
                 };
                 assert!(store.complete(done).await.unwrap());
             }

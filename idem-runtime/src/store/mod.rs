@@ -152,6 +152,10 @@ pub struct Complete<'a> {
     pub value: &'a [u8],
     /// How long the result is kept and replayed.
     pub ttl: Duration,
+    /// How long the record is kept after `ttl` as a tombstone, without its value
+    /// ([`crate::protocol::tombstoned`]): `keep_until = expires_at + tombstone`. Zero: none
+    /// (`keep_until = expires_at`, as before).
+    pub tombstone: Duration,
 }
 
 /// A backend for idempotency records. Each method is **one atomic operation** on the backend
@@ -173,8 +177,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Atomically: if this token holds the record ([`protocol::holds`](crate::protocol::holds):
     /// in progress, this token, live), make it completed with this value and
-    /// `expires_at = keep_until = now + ttl`, and return `true`; otherwise change nothing,
-    /// `false`.
+    /// `expires_at = now + ttl`, `keep_until = expires_at + tombstone`
+    /// ([`protocol::completed_keep_until`](crate::protocol::completed_keep_until)), and return
+    /// `true`; otherwise change nothing, `false`. A claim finds a kept tombstone as it finds a
+    /// live record ([`protocol::occupied`](crate::protocol::occupied)), and returns it without
+    /// its value.
     fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>>;
 
     /// Atomically: if this token holds the record, end it and return `true`: it stays, with its
@@ -304,6 +311,26 @@ pub trait Store: Send + Sync + 'static {
 /// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).
 pub(crate) fn claim_keep_until(now: i64, claim: &Claim<'_>) -> i64 {
     now.saturating_add(millis(claim.lease.max(claim.ttl)))
+}
+
+/// What a claim that read `record` (at `record.now`) answers without writing: the record when
+/// it is live, the record without its value when it is a tombstone
+/// ([`crate::protocol::occupied`]), `None` when the claim may take the key.
+#[cfg_attr(not(any(feature = "sqlite", feature = "dynamodb")), allow(dead_code))]
+pub(crate) fn occupying(record: &Record) -> Option<Record> {
+    let (status, expires_at, keep_until, now) = (
+        record.status,
+        record.expires_at,
+        record.keep_until,
+        record.now,
+    );
+    if crate::protocol::is_live(expires_at, now) {
+        return Some(record.clone());
+    }
+    crate::protocol::occupied(status, expires_at, keep_until, now).then(|| Record {
+        value: None,
+        ..record.clone()
+    })
 }
 
 /// Milliseconds since the Unix epoch on this process's clock (for stores that have no clock of

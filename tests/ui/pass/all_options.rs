@@ -35,6 +35,8 @@ pub struct Client;
     ttl = "24h",
     lease = "30s",
     wait = "250ms",
+    tombstone = "90d",
+    max_value = "1MiB",
     fingerprint = amount,
     skip(client),
     scope = tenant,
@@ -53,7 +55,7 @@ async fn everything(
     Ok(amount)
 }
 
-#[idempotent(store = idem, ttl = Duration::from_secs(60), lease = Duration::from_millis(1500), wait = std::time::Duration::ZERO, on_error = keep)]
+#[idempotent(store = idem, ttl = Duration::from_secs(60), lease = Duration::from_millis(1500), wait = std::time::Duration::ZERO, tombstone = Duration::from_secs(86_400), max_value = 64 * 1024, on_error = keep)]
 async fn exprs(n: u64, idem: &Idem) -> Result<u64, PayError> {
     Ok(n)
 }

@@ -31,7 +31,10 @@ impl DynamoDbStore {
             .map(|(p, _)| p.as_str())
             .collect::<Vec<_>>()
             .join(", ");
-        let pairs: Vec<(&str, &str)> = placeholders.iter().map(|(p, a)| (p.as_str(), *a)).collect();
+        let mut pairs: Vec<(&str, &str)> =
+            placeholders.iter().map(|(p, a)| (p.as_str(), *a)).collect();
+        // Records only: not the chunks of large values (`chunks.rs`).
+        pairs.push(("#chunk", super::chunks::CHUNK));
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -42,6 +45,7 @@ impl DynamoDbStore {
                 .table_name(&self.inner.table)
                 .consistent_read(true)
                 .projection_expression(&expression)
+                .filter_expression("attribute_not_exists(#chunk)")
                 .set_expression_attribute_names(names(&pairs))
                 .set_exclusive_start_key(start.take())
                 .send()

@@ -9,6 +9,7 @@
 //! | `status` | N | 0 in progress, 1 completed, 2 released, 3 parked |
 //! | `value` | B | the stored result (completed items) |
 //! | `value_size` | N | its length, for listings that do not read it |
+//! | `chunks` | N | instead of `value` for a value over one item: how many chunk items hold it (`chunks.rs`) |
 //! | `created_at`, `expires_at` | N | milliseconds since the epoch, on the writer's clock |
 //! | `attempt` | N | the attempt number (absent in items written before it: 1) |
 //! | `keep_until` | N | until when the item is kept, ms (absent in items written before it: `expires_at`, and a lapsed in-progress one reads as released, not abandoned) |

@@ -4,7 +4,7 @@
 //! | step | request |
 //! |---|---|
 //! | `claim` | `PutItem` if `attribute_not_exists(pk)`, `ReturnValuesOnConditionCheckFailure = ALL_OLD`; when the item it returns is no longer live, a second `PutItem` if `token = <its token> AND expires_at <= now`, with the next token (and, when the old item was abandoned, its attempt + 1) |
-//! | `complete` | `UpdateItem SET status = 1, value, expires_at, keep_until, ttl` if `token AND status = 0 AND expires_at > now` |
+//! | `complete` | `UpdateItem SET status = 1, value, expires_at, keep_until, ttl` if `token AND status = 0 AND expires_at > now`; a value over one item is first written in chunks (`PutItem` each, `chunks.rs`) and the update records `chunks` instead of `value` |
 //! | `release` | `UpdateItem SET status = 2, expires_at = keep_until = now` on the same condition (the item ends and keeps its token) |
 //! | `renew` | `UpdateItem SET expires_at` on the same condition and `keep_until >= expires_at`; else once more raising `keep_until` and `ttl` too |
 //! | `park` | `UpdateItem SET status = 3, expires_at = keep_until = i64::MAX REMOVE ttl` on the same condition |
@@ -40,10 +40,13 @@
 //! (`GetRecords` is itself polled, about every second), which costs more requests and latency
 //! than a duplicate's few reads.
 
+mod chunks;
+mod complete;
 mod error;
 mod inspect;
 mod item;
 mod options;
+mod purge;
 mod resume;
 mod table;
 
@@ -229,8 +232,10 @@ impl DynamoDbStore {
                     match old {
                         Some(old) => {
                             let record = item::record(&old, now, "claim")?;
-                            if is_live(record.expires_at, now) {
-                                return Ok(ClaimOutcome::Existing(record));
+                            // Live, or a tombstone (answered without its value).
+                            if let Some(mut found) = super::occupying(&record) {
+                                self.with_chunks(&old, &mut found, "claim").await?;
+                                return Ok(ClaimOutcome::Existing(found));
                             }
                             // The write below replaces this very item (its token is never
                             // reused), so what it takes over is decided now, on this clock.
@@ -253,89 +258,6 @@ impl DynamoDbStore {
                 claim.key
             ),
         ))
-    }
-
-    async fn complete_now(&self, done: Complete<'_>) -> Result<bool, Error> {
-        let now = self.now();
-        // The namespace is not at hand here: room for a long one (a longer one meets DynamoDB's
-        // own refusal, mapped to the same outcome). A handle has refused such a value already;
-        // a store used directly has not.
-        if item::completed_size(NAME_ALLOWANCE, done.value.len()) > MAX_ITEM_BYTES {
-            return Err(self.too_large(done.key, done.token, done.value.len()).await);
-        }
-        let expires_at = now.saturating_add(ms(done.ttl));
-        let mut names = holds_names().unwrap_or_default();
-        names.insert("#v".into(), VALUE.into());
-        names.insert("#z".into(), VALUE_SIZE.into());
-        names.insert("#k".into(), KEEP_UNTIL.into());
-        let res = self
-            .inner
-            .client
-            .update_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(item::key_of(done.key)))
-            .update_expression(
-                "SET #s = :done, #v = :v, #z = :z, #e = :exp, #k = :exp, #ttl = :ttl",
-            )
-            .condition_expression(HOLDS)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(values(vec![
-                (":t", n(done.token)),
-                (":running", n(Status::InProgress.as_i16())),
-                (":done", n(Status::Completed.as_i16())),
-                (":now", n(now)),
-                (":v", b(done.value)),
-                (":z", n(done.value.len())),
-                (":exp", n(expires_at)),
-                (":ttl", ttl_of(expires_at)),
-            ]))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-                match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                        // The SDK retries an attempt whose answer was lost; if the lost one
-                        // had landed, the retry finds our own completion: that is a success.
-                        let ours = match c.item() {
-                            Some(old) => {
-                                item::token_of(old, "complete")? == done.token
-                                    && item::status(old, "complete")? == Status::Completed
-                                    && item::number(old, EXPIRES_AT, "complete")? == expires_at
-                            }
-                            None => false,
-                        };
-                        Ok(ours)
-                    }
-                    _ if error::kind_of(&e) == StoreErrorKind::Capacity => {
-                        Err(self.too_large(done.key, done.token, done.value.len()).await)
-                    }
-                    _ => Err(sdk_error("complete", e)),
-                }
-            }
-        }
-    }
-
-    /// A result too large for an item: the key is released (nothing of the result was
-    /// written), and the call fails with kind `Capacity`.
-    async fn too_large(&self, key: &Digest, token: u64, len: usize) -> Error {
-        if let Err(e) = self.release_now(key, token).await {
-            tracing::warn!(key = %key, token, error = %e,
-                "idem: release after a too-large result failed; the key lapses after its lease");
-        }
-        Error::store_kind(
-            BACKEND,
-            "complete",
-            StoreErrorKind::Capacity,
-            format!(
-                "the result of key {key} is {len} bytes: with its record it exceeds DynamoDB's \
-                 {MAX_ITEM_BYTES}-byte item limit; the key was released. Return less (an id of \
-                 the result stored elsewhere)"
-            ),
-        )
     }
 
     /// An `UpdateItem` on `key` conditional on `token` holding it (and on `also`, if any):
@@ -537,86 +459,15 @@ impl DynamoDbStore {
         let now = self.now();
         match out.item() {
             Some(it) => {
-                let record = item::record(it, now, "get")?;
-                Ok(is_live(record.expires_at, now).then_some(record))
+                let mut record = item::record(it, now, "get")?;
+                if !is_live(record.expires_at, now) {
+                    return Ok(None);
+                }
+                self.with_chunks(it, &mut record, "get").await?;
+                Ok(Some(record))
             }
             None => Ok(None),
         }
-    }
-
-    async fn purge_now(&self, limit: usize) -> Result<u64, Error> {
-        use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-        let now = self.now();
-        let mut candidates: Vec<(Item, u64)> = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .inner
-                .client
-                .scan()
-                .table_name(&self.inner.table)
-                .projection_expression("#pk, #t, #e, #k")
-                .filter_expression(FORGETTABLE)
-                .set_expression_attribute_names(names(&[
-                    ("#pk", PK),
-                    ("#t", TOKEN),
-                    ("#e", EXPIRES_AT),
-                    ("#k", KEEP_UNTIL),
-                ]))
-                .set_expression_attribute_values(values(vec![(":now", n(now))]))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk_error("purge_expired", e))?;
-            for it in page.items() {
-                let key = it
-                    .get(PK)
-                    .cloned()
-                    .ok_or_else(|| corrupt("purge_expired", "an item has no key".into()))?;
-                let token = item::token_of(it, "purge_expired")?;
-                candidates.push((HashMap::from([(PK.to_string(), key)]), token));
-            }
-            start = page.last_evaluated_key().cloned();
-            if candidates.len() >= limit || start.is_none() {
-                break;
-            }
-        }
-        candidates.truncate(limit);
-        let mut deleted = 0;
-        // A few deletes in flight at a time: each is one small request.
-        for chunk in candidates.chunks(16) {
-            let runs = chunk.iter().map(|(key, token)| {
-                self.inner
-                    .client
-                    .delete_item()
-                    .table_name(&self.inner.table)
-                    .set_key(Some(key.clone()))
-                    // Only the ended item it saw: not one a claim took over meanwhile.
-                    .condition_expression(format!("#t = :t AND {FORGETTABLE}"))
-                    .set_expression_attribute_names(names(&[
-                        ("#t", TOKEN),
-                        ("#e", EXPIRES_AT),
-                        ("#k", KEEP_UNTIL),
-                    ]))
-                    .set_expression_attribute_values(values(vec![
-                        (":t", n(*token)),
-                        (":now", n(now)),
-                    ]))
-                    .send()
-            });
-            for res in futures_util::future::join_all(runs).await {
-                match res {
-                    Ok(_) => deleted += 1,
-                    Err(e)
-                        if matches!(
-                            e.as_service_error(),
-                            Some(DeleteItemError::ConditionalCheckFailedException(_))
-                        ) => {}
-                    Err(e) => return Err(sdk_error("purge_expired", e)),
-                }
-            }
-        }
-        Ok(deleted)
     }
 
     async fn force_release_now(&self, key: &Digest) -> Result<Option<Record>, Error> {
@@ -686,16 +537,19 @@ impl DynamoDbStore {
 /// maps to the same outcome: kind `Capacity`, the key released.
 const NAME_ALLOWANCE: usize = 256;
 
+/// The largest value a completed item holds itself (with a namespace of up to 256 bytes); a
+/// larger one is stored in chunks beside it.
+pub fn max_inline_value_len() -> usize {
+    MAX_ITEM_BYTES.saturating_sub(item::completed_size(NAME_ALLOWANCE, 0))
+}
+
 impl Store for DynamoDbStore {
     fn backend(&self) -> Backend {
         BACKEND
     }
 
-    // The item limit less the other attributes of a completed item: the handle refuses a larger
-    // result before a request is sent (the codec's TooLarge, the key released).
-    fn max_value_len(&self) -> Option<usize> {
-        Some(MAX_ITEM_BYTES.saturating_sub(item::completed_size(NAME_ALLOWANCE, 0)))
-    }
+    // No limit of its own: a value over one item goes in chunks (`chunks.rs`), so the handle's
+    // limit (16 MiB by default) applies as on every store.
 
     fn claim<'a>(&'a self, claim: Claim<'a>) -> BoxFuture<'a, Result<ClaimOutcome, Error>> {
         Box::pin(self.claim_now(claim))

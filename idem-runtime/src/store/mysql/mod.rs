@@ -331,7 +331,7 @@ impl MysqlStore {
                 return Ok(ClaimOutcome::Claimed { token, takeover });
             }
             let row = retrying(|| {
-                sqlx::query(&sql.get)
+                sqlx::query(&sql.occupant)
                     .bind(&claim.key.0[..])
                     .fetch_optional(pool)
             })
@@ -402,6 +402,7 @@ impl MysqlStore {
             sqlx::query(sql)
                 .bind(done.value)
                 .bind(ms(done.ttl))
+                .bind(ms(done.tombstone))
                 .bind(&done.key.0[..])
                 .bind(done.token as i64)
         };
@@ -576,6 +577,13 @@ impl Store for MysqlStore {
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            retrying(|| {
+                sqlx::query(&self.inner.sql.strip)
+                    .bind(limit)
+                    .execute(&self.inner.pool)
+            })
+            .await
+            .map_err(|e| my_error("purge_expired", e))?;
             let done = retrying(|| {
                 sqlx::query(&self.inner.sql.purge)
                     .bind(limit)

@@ -26,6 +26,8 @@ pub(crate) struct Sql {
     pub(crate) claim: String,
     pub(crate) get: String,
     pub(crate) get_for_update: String,
+    pub(crate) occupant: String,
+    pub(crate) strip: String,
     pub(crate) complete: String,
     pub(crate) complete_again: String,
     pub(crate) release: String,
@@ -44,7 +46,10 @@ pub(crate) struct Sql {
 impl Sql {
     pub(crate) fn new(t: &Table) -> Sql {
         let r = &t.records;
-        let lapsed = format!("`expires_at` <= {CLOCK}");
+        // Not `protocol::occupied`: neither live nor a tombstone (completed, its TTL over,
+        // still kept). Once `status` is assigned below, a row it was true of stays so.
+        let lapsed =
+            format!("(`expires_at` <= {CLOCK} AND NOT (`status` = 1 AND `keep_until` > {CLOCK}))");
         // `protocol::abandoned` of a row that lapsed.
         let abandoned = format!("`status` = 0 AND `keep_until` >= {CLOCK}");
         let flag = TAKEOVER_FLAG;
@@ -54,7 +59,7 @@ impl Sql {
         let complete = |cond: &str| {
             format!(
                 "UPDATE {r} SET `status` = 1, `value` = ?, `expires_at` = {CLOCK} + ?, \
-                 `keep_until` = `expires_at` WHERE {cond}"
+                 `keep_until` = `expires_at` + ? WHERE {cond}"
             )
         };
         // A release ends the row (`protocol::ended_at`) rather than deleting it: its token
@@ -67,6 +72,13 @@ impl Sql {
         };
         let get = format!(
             "SELECT {COLUMNS}, {CLOCK} FROM {r} WHERE `key` = ? AND `expires_at` > {CLOCK}"
+        );
+        // What a claim that lost reads: the live row, or a tombstone without its value.
+        let occupant = format!(
+            "SELECT `name`, `fingerprint`, `token`, `status`, \
+             IF(`expires_at` > {CLOCK}, `value`, NULL), `created_at`, `expires_at`, `attempt`, \
+             `keep_until`, {CLOCK} FROM {r} WHERE `key` = ? AND (`expires_at` > {CLOCK} \
+             OR (`status` = 1 AND `keep_until` > {CLOCK}))"
         );
         Sql {
             // Parameters: key, name, fingerprint, lease, keep (`max(lease, ttl)`), then name,
@@ -115,7 +127,8 @@ impl Sql {
             // Inside a caller's transaction the claim's read must see the row the upsert just
             // locked, not the transaction's older snapshot: a locking read sees the latest
             // version (and the lock is the upsert's already).
-            get_for_update: format!("{get} FOR UPDATE"),
+            get_for_update: format!("{occupant} FOR UPDATE"),
+            occupant,
             get,
             complete: complete(&holds),
             // In the transactional mode the row lock is the lease (see `crate::transaction`):
@@ -126,7 +139,7 @@ impl Sql {
             // holds this token, so a completed record with it is our own completion.
             complete_again: format!(
                 "UPDATE {r} SET `status` = 1, `value` = ?, `expires_at` = {CLOCK} + ?, \
-                 `keep_until` = `expires_at` WHERE `key` = ? AND `token` = ? \
+                 `keep_until` = `expires_at` + ? WHERE `key` = ? AND `token` = ? \
                    AND (`status` = 1 OR (`status` = 0 AND `expires_at` > {CLOCK}))"
             ),
             release: release(&holds),
@@ -162,6 +175,11 @@ impl Sql {
             purge: format!(
                 "DELETE FROM {r} WHERE `keep_until` < {CLOCK} AND `expires_at` < {CLOCK} \
                  ORDER BY `keep_until` LIMIT ?"
+            ),
+            // A tombstone's value goes once its TTL is over: only its fingerprint is read.
+            strip: format!(
+                "UPDATE {r} SET `value` = NULL WHERE `status` = 1 AND `expires_at` <= {CLOCK} \
+                 AND `keep_until` > {CLOCK} AND `value` IS NOT NULL LIMIT ?"
             ),
             // An operator's forced release: the live row whatever its state, locked until it
             // is ended in the same transaction (ended, not deleted: its token stays).

@@ -66,6 +66,7 @@ pub(crate) async fn complete(
     let result = sqlx::query(&store.inner.sql.complete_locked)
         .bind(done.value)
         .bind(ms(done.ttl))
+        .bind(ms(done.tombstone))
         .bind(&done.key.0[..])
         .bind(done.token as i64)
         .execute(&mut *conn)

@@ -43,11 +43,16 @@ impl Inspect for PostgresStore {
                         octet_length(e.value)::bigint, e.created_at, e.expires_at, clock.now, \
                         e.attempt, e.keep_until \
                    FROM {r} e, clock \
-                  WHERE e.expires_at > clock.now AND e.created_at <= clock.now - $1 \
+                  WHERE {listed} AND e.created_at <= clock.now - $1 \
                     AND ($2::text IS NULL OR e.name = $2) \
                     AND ($3::smallint IS NULL OR e.status = $3) \
                   ORDER BY e.created_at, e.key LIMIT $4",
-                r = self.inner.table.records
+                r = self.inner.table.records,
+                listed = if filter.tombstones {
+                    "e.status = 1 AND e.expires_at <= clock.now AND e.keep_until > clock.now"
+                } else {
+                    "e.expires_at > clock.now"
+                }
             );
             let rows = sqlx::query(&sql)
                 .bind(filter.older_than_ms())
@@ -61,6 +66,36 @@ impl Inspect for PostgresStore {
         })
     }
 
+    fn parked<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<KeyInfo>, Error>> {
+        Box::pin(async move {
+            // A parked record's `keep_until` is i64::MAX: an equality on the `keep_until`
+            // index finds them without reading the other records.
+            let sql = format!(
+                "SELECT e.key, e.name, e.fingerprint, e.token, e.status, \
+                        octet_length(e.value)::bigint, e.created_at, e.expires_at, {CLOCK}, \
+                        e.attempt, e.keep_until \
+                   FROM {r} e \
+                  WHERE e.keep_until = $1 AND e.status = $2 \
+                    AND ($3::text IS NULL OR e.name = $3) \
+                  ORDER BY e.created_at, e.key LIMIT $4",
+                r = self.inner.table.records
+            );
+            let rows = sqlx::query(&sql)
+                .bind(i64::MAX)
+                .bind(Status::Parked.as_i16())
+                .bind(name)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(|e| pg_error("parked", e))?;
+            rows.iter().map(|row| key_info("parked", row)).collect()
+        })
+    }
+
     fn stats(&self) -> BoxFuture<'_, Result<Vec<Stat>, Error>> {
         Box::pin(async move {
             let sql = format!(
@@ -68,6 +103,7 @@ impl Inspect for PostgresStore {
                  SELECT e.name, \
                         (CASE WHEN e.status = 3 THEN 3 WHEN e.expires_at > clock.now THEN e.status \
                               WHEN e.status = 0 AND e.keep_until >= clock.now THEN 4 \
+                              WHEN e.status = 1 AND e.keep_until > clock.now THEN 5 \
                               ELSE 2 END)::bigint, \
                         count(*) \
                    FROM {r} e, clock GROUP BY 1, 2 ORDER BY 1, 2",

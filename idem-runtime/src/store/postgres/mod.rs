@@ -506,7 +506,8 @@ impl PostgresStore {
             .bind(done.token as i64)
             .bind(done.value)
             .bind(ms(done.ttl))
-            .bind(self.channel());
+            .bind(self.channel())
+            .bind(ms(done.tombstone));
         let row = match conn {
             Some(c) => q.fetch_optional(c).await?,
             None => q.fetch_optional(&self.inner.pool).await?,
@@ -626,6 +627,11 @@ impl Store for PostgresStore {
 
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
+            sqlx::query(&self.inner.sql.strip)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| pg_error("purge_expired", e))?;
             let done = sqlx::query(&self.inner.sql.purge)
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .execute(&self.inner.pool)

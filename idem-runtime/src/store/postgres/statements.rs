@@ -16,6 +16,7 @@ pub(super) struct Sql {
     pub(super) renew: String,
     pub(super) get: String,
     pub(super) purge: String,
+    pub(super) strip: String,
     pub(super) force_release: String,
     pub(super) park: String,
     pub(super) abandon: String,
@@ -48,10 +49,14 @@ impl Sql {
         // other attempt can end or take over the row while the transaction is open, so a body
         // that outlasts the lease still completes.
         let locked = "key = $1 AND token = $2 AND status = 0";
+        // `protocol::occupied`: live, or a tombstone (completed, its TTL over, still kept); a
+        // claim finds either, and a tombstone without its value.
+        let occupied =
+            format!("(e.expires_at > {CLOCK} OR (e.status = 1 AND e.keep_until > {CLOCK}))");
         let complete = |cond: &str| {
             format!(
                 "UPDATE {r} AS u SET status = 1, value = $3, expires_at = {CLOCK} + $4, \
-                 keep_until = {CLOCK} + $4 WHERE {cond} RETURNING {}",
+                 keep_until = {CLOCK} + $4 + $6 WHERE {cond} RETURNING {}",
                 notify_expr("u", 5)
             )
         };
@@ -77,12 +82,13 @@ impl Sql {
             // nor found, the statement runs again. `$5` is `max(lease, ttl)`.
             claim: format!(
                 "WITH live AS MATERIALIZED ( \
-                   SELECT e.name, e.fingerprint, e.token, e.status, e.value, e.created_at, \
+                   SELECT e.name, e.fingerprint, e.token, e.status, \
+                          CASE WHEN e.expires_at > {CLOCK} THEN e.value END, e.created_at, \
                           e.expires_at, e.attempt, e.keep_until \
-                     FROM {r} e WHERE e.key = $1 AND e.expires_at > {CLOCK}), \
+                     FROM {r} e WHERE e.key = $1 AND {occupied}), \
                  old AS MATERIALIZED ( \
                    SELECT e.token, e.created_at FROM {r} e \
-                    WHERE e.key = $1 AND e.expires_at <= {CLOCK} FOR UPDATE), \
+                    WHERE e.key = $1 AND NOT {occupied} FOR UPDATE), \
                  ins AS ( \
                    INSERT INTO {r} AS r (key, name, fingerprint, token, status, value, created_at, \
                                          expires_at, attempt, keep_until) \
@@ -98,6 +104,7 @@ impl Sql {
                                     THEN r.attempt + 1 ELSE 1 END, \
                      keep_until = EXCLUDED.keep_until \
                    WHERE r.expires_at <= EXCLUDED.created_at \
+                     AND NOT (r.status = 1 AND r.keep_until > EXCLUDED.created_at) \
                      AND r.token IS NOT DISTINCT FROM (SELECT o.token FROM old o) \
                    RETURNING r.token, r.attempt) \
                  SELECT TRUE AS claimed, NULL::text, NULL::bytea, ins.token, NULL::smallint, \
@@ -113,7 +120,7 @@ impl Sql {
             // holds this token, so a completed record with it is our own completion.
             complete_again: format!(
                 "UPDATE {r} AS u SET status = 1, value = $3, expires_at = {CLOCK} + $4, \
-                 keep_until = {CLOCK} + $4 WHERE key = $1 AND token = $2 \
+                 keep_until = {CLOCK} + $4 + $6 WHERE key = $1 AND token = $2 \
                    AND (status = 1 OR (status = 0 AND expires_at > {CLOCK})) RETURNING {}",
                 notify_expr("u", 5)
             ),
@@ -174,6 +181,13 @@ impl Sql {
                       AND e.expires_at < {CLOCK} \
                     ORDER BY e.keep_until LIMIT $1 FOR UPDATE SKIP LOCKED)) \
                    AND keep_until < {CLOCK} AND expires_at < {CLOCK}"
+            ),
+            // A tombstone's value goes once its TTL is over: only its fingerprint is read.
+            strip: format!(
+                "UPDATE {r} SET value = NULL WHERE ctid = ANY(ARRAY( \
+                   SELECT e.ctid FROM {r} e WHERE e.status = 1 AND e.expires_at <= {CLOCK} \
+                      AND e.keep_until > {CLOCK} AND e.value IS NOT NULL \
+                    LIMIT $1 FOR UPDATE SKIP LOCKED))"
             ),
             // Ends the live row, whatever its state, and answers it as it was (an UPDATE's
             // RETURNING shows the row after the change). The lock taken by the read holds the

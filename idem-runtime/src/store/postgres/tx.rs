@@ -47,6 +47,7 @@ pub(crate) async fn complete(
         .bind(done.value)
         .bind(ms(done.ttl))
         .bind(store.channel())
+        .bind(ms(done.tombstone))
         .fetch_optional(&mut *conn)
         .await
         .map_err(|e| pg_error("complete", e))?;

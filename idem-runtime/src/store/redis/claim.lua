@@ -1,5 +1,5 @@
 #!lua
--- idem claim. KEYS[1] = record hash; ARGV = name, fingerprint, lease_ms, nonce, keep_ms
+-- idem claim. KEYS[1] = record hash, KEYS[2] = its tombstone hash; ARGV = name, fingerprint, lease_ms, nonce, keep_ms
 -- (max(lease, ttl): how long the record is kept, so that an attempt that dies is remembered as
 -- abandoned as long as its result would have been).
 -- Returns {1, token, attempt, abandoned_at} when this attempt now holds the key (a new claim,
@@ -23,6 +23,17 @@ if status == '1' or status == '3' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- No record: a tombstone (complete.lua, `tombstone = …`) may still be kept, and refuses the
+-- claim as a live record would (protocol::occupied); it expires natively at its end. It is
+-- answered as the completed record it was, without the value.
+if not status and KEYS[2] then
+  local tomb = redis.call('HMGET', KEYS[2], 'token', 'fingerprint', 'name', 'created_at',
+    'expires_at', 'keep_until')
+  if tomb[1] then
+    return {0, '1', tomb[1], tomb[2], false, tomb[3], tomb[4], tomb[5],
+      string.format('%.0f', now), '1', tomb[6]}
+  end
+end
 if status == '0' and now < tonumber(cur[3]) then
   if cur[4] == ARGV[4] then
     return {1, token, cur[9] or '1', cur[11] or false}

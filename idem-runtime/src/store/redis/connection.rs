@@ -167,7 +167,21 @@ impl RedisStore {
         key: &str,
         args: &[&[u8]],
     ) -> Result<(Value, u32), Error> {
-        let mut inv = script.key(key);
+        self.run_keys(op, script, &[key], args).await
+    }
+
+    /// [`Self::run`] with several keys (all in one slot: a record's and its tombstone's).
+    pub(super) async fn run_keys(
+        &self,
+        op: &'static str,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<(Value, u32), Error> {
+        let mut inv = script.prepare_invoke();
+        for key in keys {
+            inv.key(*key);
+        }
         for a in args {
             inv.arg(*a);
         }

@@ -91,7 +91,10 @@ impl RedisStore {
     /// A record from its Redis key and `[HMGET fields, HSTRLEN value]`; `None` for a key that
     /// is gone or is not one of ours.
     fn key_info(&self, redis_key: &str, reply: &[Value], now: i64) -> Option<KeyInfo> {
-        let hex = redis_key.strip_prefix(&self.key_head)?.strip_suffix('}')?;
+        // A record, or a tombstone (its hash has a record's fields, without the value).
+        let rest = redis_key.strip_prefix(&self.key_head)?;
+        let rest = rest.strip_suffix(super::TOMB_SUFFIX).unwrap_or(rest);
+        let hex = rest.strip_suffix('}')?;
         let key = Digest::from_hex(hex)?;
         let Value::Array(f) = reply.first()? else {
             return None;

@@ -238,7 +238,10 @@ impl RedisStore {
             &nonce,
             keep.as_bytes(),
         ];
-        let (v, _) = self.run("claim", &self.scripts.claim, &key, &args).await?;
+        let tomb = tomb_key(&key);
+        let (v, _) = self
+            .run_keys("claim", &self.scripts.claim, &[&key, &tomb], &args)
+            .await?;
         let Value::Array(items) = v else {
             return Err(corrupt("claim", "not an array"));
         };
@@ -298,9 +301,16 @@ impl RedisStore {
         let key = self.redis_key(done.key);
         let token = done.token.to_string();
         let ttl = duration_ms(done.ttl).to_string();
-        let args: [&[u8]; 3] = [token.as_bytes(), done.value, ttl.as_bytes()];
+        let tombstone = duration_ms(done.tombstone).to_string();
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            done.value,
+            ttl.as_bytes(),
+            tombstone.as_bytes(),
+        ];
+        let tomb = tomb_key(&key);
         let (v, attempt) = self
-            .run("complete", &self.scripts.complete, &key, &args)
+            .run_keys("complete", &self.scripts.complete, &[&key, &tomb], &args)
             .await?;
         match v {
             Value::Int(1) => {
@@ -439,6 +449,15 @@ impl RedisStore {
         Ok(matches!(v, Value::Int(1)))
     }
 }
+
+/// The Redis key of a record's tombstone: `<record key>:tomb`, in the record's slot (the
+/// digest is the hash tag).
+fn tomb_key(record_key: &str) -> String {
+    format!("{record_key}{TOMB_SUFFIX}")
+}
+
+/// What a tombstone's Redis key adds to its record's.
+pub(super) const TOMB_SUFFIX: &str = ":tomb";
 
 fn as_bytes(v: &Value) -> Option<&[u8]> {
     match v {

@@ -16,9 +16,11 @@ mod inspect;
 mod options;
 mod resume;
 mod schema;
+mod statements;
 
 pub use options::SqliteOptions;
 pub use schema::SCHEMA_VERSION;
+use statements::Statements;
 
 use super::{
     claim_keep_until, local_now_ms, millis, Backend, BoxFuture, Claim, ClaimOutcome, Complete,
@@ -37,8 +39,6 @@ const BACKEND: Backend = Backend::Sqlite;
 const PURGE_CHUNK: u64 = 100;
 /// The longest pause between two purge statements.
 const PURGE_MAX_PAUSE: Duration = Duration::from_millis(20);
-const COLUMNS: &str =
-    "name, fingerprint, token, status, value, created_at, expires_at, attempt, keep_until";
 
 /// The SQLite store behind [`crate::Idem::sqlite`].
 #[derive(Debug)]
@@ -53,111 +53,6 @@ pub struct SqliteStore {
     /// would free the database and the next connection would open an empty one.
     _keeper: Option<std::sync::Mutex<SqliteConnection>>,
 }
-/// The statements, built once at open because the table name is configurable.
-#[derive(Debug)]
-struct Statements {
-    select: String,
-    select_any: String,
-    claim: String,
-    complete: String,
-    release: String,
-    renew: String,
-    park: String,
-    abandon: String,
-    resolve: String,
-    purge: String,
-    force_release: String,
-    list: String,
-    stats: String,
-}
-
-impl Statements {
-    fn new(t: &str) -> Self {
-        Statements {
-            select: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1 AND expires_at > ?2"),
-            select_any: format!("SELECT {COLUMNS} FROM {t} WHERE key = ?1"),
-            // The token is `protocol::next_token`: max(previous + 1, now in µs). The row it
-            // replaces is the one the claim read just before (`?8`, its token, NULL for none),
-            // whose attempt number (`?9`) the claim worked out: a row changed in between is
-            // read again.
-            claim: format!(
-                "INSERT INTO {t} (key, name, fingerprint, token, status, value, created_at, \
-                 expires_at, attempt, keep_until) \
-                 VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6, ?9, ?7) \
-                 ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
-                 fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
-                 status = 0, value = CASE WHEN {t}.status = 0 AND \
-                 {t}.keep_until >= excluded.created_at THEN {t}.value END, \
-                 created_at = excluded.created_at, \
-                 expires_at = excluded.expires_at, attempt = excluded.attempt, \
-                 keep_until = excluded.keep_until \
-                 WHERE {t}.expires_at <= excluded.created_at AND {t}.token IS ?8 \
-                 RETURNING token"
-            ),
-            // The fenced steps: `?1` key, `?2` token, `?3` now, then the step's own. The token
-            // holds while the row is in progress with it and live (`protocol::holds`).
-            complete: format!(
-                "UPDATE {t} SET status = 1, value = ?4, expires_at = ?5, keep_until = ?5 \
-                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
-            ),
-            // A release ends the row (`protocol::ended_at`) rather than deleting it: its token
-            // stays for the next claim to pass, and its status says it was not abandoned.
-            release: format!(
-                "UPDATE {t} SET status = 2, expires_at = ?4, keep_until = ?4 \
-                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
-            ),
-            renew: format!(
-                "UPDATE {t} SET expires_at = ?4, keep_until = max(keep_until, ?4) \
-                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
-            ),
-            park: format!(
-                "UPDATE {t} SET status = 3, expires_at = ?4, keep_until = ?4 \
-                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
-            ),
-            // The lease ends now; `keep_until` stays, so the next claim finds it abandoned.
-            abandon: format!(
-                "UPDATE {t} SET expires_at = ?4 \
-                 WHERE key = ?1 AND token = ?2 AND status = 0 AND expires_at > ?3"
-            ),
-            // The parked row read just before (`?2` its token), if still parked: `?3` the new
-            // status, `?4` the value, `?5` the new end.
-            resolve: format!(
-                "UPDATE {t} SET status = ?3, value = ?4, expires_at = ?5, keep_until = ?5 \
-                 WHERE key = ?1 AND token = ?2 AND status = 3"
-            ),
-            // Strictly before now (`protocol::may_forget` of `keep_until`): a row that ended
-            // this millisecond keeps its token for claims in it, an abandoned one stays as long
-            // as its claim asked. The `expires_at` condition never lets a live row go, whatever
-            // wrote it.
-            purge: format!(
-                "DELETE FROM {t} WHERE key IN \
-                 (SELECT key FROM {t} WHERE keep_until < ?1 AND expires_at < ?1 LIMIT ?2)"
-            ),
-            // Ends the row read just before if it is still that row (`?1` key, `?2` the end,
-            // `?3` token, `?4` status, `?5` expires_at): SQLite's RETURNING shows the row after
-            // the change, and the operator is shown the record as it was.
-            force_release: format!(
-                "UPDATE {t} SET status = 2, expires_at = ?2, keep_until = ?2 \
-                 WHERE key = ?1 AND token = ?3 AND status = ?4 AND expires_at = ?5"
-            ),
-            // `?1` now, `?2` newest claim time, `?3` name or NULL, `?4` status or NULL. The
-            // value itself is left out (it may be large); its length is what a listing shows.
-            list: format!(
-                "SELECT key, name, fingerprint, token, status, NULL AS value, \
-                 length(value) AS size, created_at, expires_at, attempt, keep_until FROM {t} \
-                 WHERE expires_at > ?1 AND created_at <= ?2 AND (?3 IS NULL OR name = ?3) \
-                 AND (?4 IS NULL OR status = ?4) ORDER BY created_at, key LIMIT ?5"
-            ),
-            // The codes of `State::from_code`.
-            stats: format!(
-                "SELECT name, CASE WHEN status = 3 THEN 3 WHEN expires_at > ?1 THEN status \
-                 WHEN status = 0 AND keep_until >= ?1 THEN 4 ELSE 2 END AS state, \
-                 count(*) AS n FROM {t} GROUP BY name, state ORDER BY name, state"
-            ),
-        }
-    }
-}
-
 /// True for a plain SQL identifier: letters, digits and `_`, not starting with a digit.
 pub(crate) fn valid_identifier(s: &str) -> bool {
     let mut chars = s.chars();
@@ -393,11 +288,10 @@ impl SqliteStore {
                 .await
                 .map_err(err("read"))?;
             let old = row.map(|r| record(c.key, &r, now)).transpose()?;
-            if let Some(r) = old
-                .as_ref()
-                .filter(|r| crate::protocol::is_live(r.expires_at, now))
-            {
-                return Ok(ClaimOutcome::Existing(r.clone()));
+            // Live, or a tombstone. The upsert below replaces only the row read (its token),
+            // which was neither, and time only takes a row further from either.
+            if let Some(r) = old.as_ref().and_then(super::occupying) {
+                return Ok(ClaimOutcome::Existing(r));
             }
             let takeover = old.as_ref().and_then(crate::protocol::takeover_of);
             let token: Option<i64> = sqlx::query_scalar(&self.sql.claim)
@@ -470,7 +364,7 @@ impl SqliteStore {
             .bind(now);
         let q = match extra {
             Extra::ExpiresAt(at) => q.bind(at),
-            Extra::Value(value, at) => q.bind(value).bind(at),
+            Extra::Value(value, at, keep) => q.bind(value).bind(at).bind(keep),
         };
         let done = q.execute(&self.pool).await.map_err(err(op))?;
         Ok(done.rows_affected() == 1)
@@ -480,7 +374,8 @@ impl SqliteStore {
 /// The parameters a fenced step adds after key, token and now.
 enum Extra<'a> {
     ExpiresAt(i64),
-    Value(&'a [u8], i64),
+    /// The value, `expires_at` and `keep_until` of a completion.
+    Value(&'a [u8], i64, i64),
 }
 
 fn record(key: &Digest, r: &SqliteRow, now: i64) -> Result<Record, Error> {
@@ -523,13 +418,15 @@ impl Store for SqliteStore {
 
     fn complete<'a>(&'a self, done: Complete<'a>) -> BoxFuture<'a, Result<bool, Error>> {
         let now = local_now_ms();
+        let expires_at = now.saturating_add(millis(done.ttl));
+        let keep = crate::protocol::completed_keep_until(expires_at, done.tombstone);
         Box::pin(self.fenced(
             &self.sql.complete,
             "complete",
             done.key,
             done.token,
             now,
-            Extra::Value(done.value, now.saturating_add(millis(done.ttl))),
+            Extra::Value(done.value, expires_at, keep),
         ))
     }
 
@@ -628,6 +525,12 @@ impl Store for SqliteStore {
             // 10–83), but it is the background work, and still deletes about 15 000 rows a
             // second, more than SQLite can claim.
             let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+            sqlx::query(&self.sql.strip)
+                .bind(local_now_ms())
+                .bind(i64::try_from(limit.min(PURGE_CHUNK)).unwrap_or(i64::MAX))
+                .execute(&self.pool)
+                .await
+                .map_err(err("purge"))?;
             let mut total = 0u64;
             loop {
                 let want = (limit - total).min(PURGE_CHUNK);

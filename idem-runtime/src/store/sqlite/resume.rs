@@ -47,7 +47,7 @@ impl SqliteStore {
              AND name IN (SELECT value FROM json_each(?1)) \
              AND expires_at <= ?2 AND keep_until >= ?2 \
              ORDER BY expires_at, key LIMIT ?3",
-            cols = super::COLUMNS
+            cols = super::statements::COLUMNS
         ))
         .bind(names)
         .bind(now)

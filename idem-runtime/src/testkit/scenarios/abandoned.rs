@@ -70,6 +70,7 @@ impl Key {
             token,
             value,
             ttl: TTL,
+            tombstone: std::time::Duration::ZERO,
         }
     }
 }
@@ -164,6 +165,7 @@ pub async fn released_key_is_not_abandoned(idem: Idem) {
 
     let short = Complete {
         ttl: Duration::from_millis(100),
+        tombstone: std::time::Duration::ZERO,
         ..k.done(t3, b"brief")
     };
     assert!(store.complete(short).await.unwrap());

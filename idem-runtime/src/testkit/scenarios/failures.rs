@@ -171,6 +171,7 @@ pub async fn store_steps_are_fenced(idem: Idem) {
         token: t2,
         value: b"fresh",
         ttl: Duration::from_secs(60),
+        tombstone: std::time::Duration::ZERO,
     };
     assert!(store.complete(fresh).await.unwrap());
     assert!(!store.complete(fresh).await.unwrap(), "complete twice");
@@ -192,6 +193,7 @@ async fn holds_nothing(store: &dyn crate::Store, key: &crate::key::Digest, token
         token,
         value: b"stale",
         ttl: Duration::from_secs(60),
+        tombstone: std::time::Duration::ZERO,
     };
     assert!(
         !store.complete(stale).await.unwrap(),
@@ -317,6 +319,7 @@ pub async fn released_tokens_are_never_reused(idem: Idem) {
         token,
         value: b"done",
         ttl: Duration::from_secs(60),
+        tombstone: std::time::Duration::ZERO,
     };
     assert!(store.complete(done).await.unwrap());
     let forced = store

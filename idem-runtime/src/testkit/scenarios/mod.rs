@@ -12,16 +12,20 @@ mod calls;
 mod failures;
 mod operators;
 mod resume;
+mod sizes;
 mod steps;
 mod takeovers;
+mod tombstones;
 
 pub use abandoned::*;
 pub use calls::*;
 pub use failures::*;
 pub use operators::*;
 pub use resume::*;
+pub use sizes::*;
 pub use steps::*;
 pub use takeovers::*;
+pub use tombstones::*;
 
 async fn charge(
     idem: &Idem,

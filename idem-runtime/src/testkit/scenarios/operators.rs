@@ -208,6 +208,7 @@ pub async fn copied_values_do_not_decrypt_under_another_key(idem: Idem) {
             token,
             value: a.value.as_deref().expect("a completed record has a value"),
             ttl: Duration::from_secs(60),
+            tombstone: std::time::Duration::ZERO,
         };
         assert!(store.complete(copied).await.unwrap());
         match charge(&idem, ns, key, &c).await {

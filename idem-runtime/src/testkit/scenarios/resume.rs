@@ -58,6 +58,7 @@ pub async fn abandoned_calls_lists_only_abandoned_records_with_arguments(idem: I
         token: t,
         value: &value,
         ttl: TTL,
+        tombstone: Duration::ZERO,
     };
     assert!(store.complete(complete).await.unwrap());
     let (released, t) = claimed(store, &name, "released", SHORT_LEASE).await;
