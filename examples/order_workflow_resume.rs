@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 enum ShopError {
-    Idem(idem::Error),
+    Idem(#[allow(dead_code)] idem::Error),
 }
 
 impl From<idem::Error> for ShopError {
@@ -40,23 +40,34 @@ async fn maybe_die(step: &str, die_in: &str) {
     }
 }
 
-#[idempotent(resume, lease = "1s", name = "orders.fulfil")]
+/// A step of the workflow with a short lease of its own: a step killed mid-way is taken over by
+/// the resumed call once this lease lapsed (a step's lease is the handle's default otherwise).
+async fn step<T, F>(name: &'static str, body: F) -> Result<T, ShopError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    F: std::future::Future<Output = Result<T, ShopError>>,
+{
+    let call = idem::Call::installed(name).step().lease(Duration::from_secs(1));
+    Ok(call.key(&()).run(body).await?.into_inner())
+}
+
+#[idempotent(resume, lease = "1s", wait = "5s", name = "orders.fulfil")]
 async fn fulfil(order: u64, die_in: String) -> Result<String, ShopError> {
-    let reserved = idem::step("reserve", || async {
+    let reserved = step("reserve", async {
         say(format!("reserve: stock for order {order}"));
         maybe_die("reserve", &die_in).await;
         say(format!("reserve: done (reservation R-{order})"));
         Ok::<_, ShopError>(format!("R-{order}"))
     })
     .await?;
-    let charged = idem::step("charge", || async {
+    let charged = step("charge", async {
         say(format!("charge: card for order {order} ({reserved})"));
         maybe_die("charge", &die_in).await;
         say(format!("charge: done (payment P-{order})"));
         Ok::<_, ShopError>(format!("P-{order}"))
     })
     .await?;
-    let shipped = idem::step("ship", || async {
+    let shipped = step("ship", async {
         say(format!("ship: order {order} ({charged})"));
         maybe_die("ship", &die_in).await;
         say(format!("ship: done (parcel S-{order})"));
@@ -122,13 +133,13 @@ async fn main() -> Result<(), ShopError> {
             "  finished {} ms after the kill",
             killed.elapsed().as_millis()
         );
-        worker.kill().unwrap();
-        worker.wait().unwrap();
         // The caller's retry gets the stored result: nothing runs again.
         let idem = Idem::sqlite(&db).await?;
         idem.clone().install();
         let shipped = fulfil(order, die_in.to_string()).await?;
         println!("  a retry by the caller replays: {shipped}\n");
+        worker.kill().unwrap();
+        worker.wait().unwrap();
     }
     Ok(())
 }
