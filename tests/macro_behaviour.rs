@@ -782,3 +782,22 @@ async fn a_parked_crash_waits_for_an_operator() {
     assert_eq!(pay_or_park(9, &idem, &gateway, false).await, Ok(9));
     assert_eq!(gateway.made.load(Ordering::SeqCst), 1);
 }
+
+/// A `Duration` expression that would turn idempotency off (zero) or overflow the stores'
+/// clocks (above 100 years) is a typed error at run time; the body does not run.
+#[tokio::test]
+async fn a_zero_or_absurd_ttl_expression_is_a_config_error() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    #[idempotent(store = idem, ttl = ttl)]
+    async fn charge(order: u64, ttl: Duration, idem: &Idem) -> Result<u64, idem::Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(order)
+    }
+    let idem = Idem::memory();
+    for ttl in [Duration::ZERO, Duration::from_secs(36_501 * 86_400)] {
+        let err = charge(1, ttl, &idem).await.unwrap_err();
+        assert_eq!(err.kind(), idem::ErrorKind::Config, "{err}");
+    }
+    assert_eq!(RUNS.load(Ordering::SeqCst), 0);
+    assert_eq!(charge(1, Duration::from_secs(60), &idem).await.unwrap(), 1);
+}

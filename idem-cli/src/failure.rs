@@ -59,7 +59,7 @@ impl Situation<'_> {
         match (e.kind(), e) {
             (_, idem::Error::Config(m)) => Failure::new(USAGE, "config", m),
             (ErrorKind::Store(kind), idem::Error::Store(s)) => {
-                let text = s.to_string();
+                let text = for_an_operator(&s.to_string());
                 let code = match kind {
                     k if k.is_schema() => SCHEMA,
                     // `idem migrate` creates a SQLite file; a server's database is the DBA's.
@@ -85,10 +85,17 @@ impl Situation<'_> {
         }
         let table = self.table.unwrap_or(idem::store::DEFAULT_TABLE);
         Some(match kind {
-            StoreErrorKind::Unreachable => format!(
-                "cannot reach the server of {}: is it running, and are host and port right?",
-                redact(self.url)
-            ),
+            StoreErrorKind::Unreachable => match host_port(self.url) {
+                Some(at) => format!(
+                    "cannot reach the server at {at} ({}): is it running, and are host and \
+                     port right?",
+                    redact(self.url)
+                ),
+                None => format!(
+                    "cannot reach the server of {}: is it running, and are host and port right?",
+                    redact(self.url)
+                ),
+            },
             StoreErrorKind::Permission if backend == Backend::Postgres => {
                 let privileges = match self.command {
                     // A release ends the record (an UPDATE that keeps its token); a purge
@@ -185,6 +192,54 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
+/// A store's message without the advice it gives a program's author (`open with
+/// migrate_on_open(true)`, `PostgresOptions::migrate`): an operator's fix is a command, which
+/// the hint names.
+fn for_an_operator(text: &str) -> String {
+    match text.find(": run the migrations") {
+        Some(at) => text[..at].to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// `host:port` of a store URL, the port defaulted from the scheme when the URL has none (for
+/// DynamoDB, the `endpoint` parameter's; `None` for AWS's own endpoint and for files).
+pub(crate) fn host_port(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme == "dynamodb" {
+        let endpoint = rest
+            .split_once('?')?
+            .1
+            .split('&')
+            .find_map(|p| p.strip_prefix("endpoint="))?;
+        return host_port(endpoint);
+    }
+    let default = match scheme {
+        "postgres" | "postgresql" => 5432,
+        "mysql" | "mariadb" => 3306,
+        "redis" | "rediss" => 6379,
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?']).next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() {
+        return None;
+    }
+    // `[::1]:5432`, `db:5432`, `db`.
+    let has_port = host.rsplit_once(':').is_some_and(|(h, p)| {
+        !p.is_empty()
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && (!h.contains(':') || h.ends_with(']'))
+    });
+    Some(if has_port {
+        host.to_string()
+    } else {
+        format!("{host}:{default}")
+    })
+}
+
 /// The user of a `scheme://user[:password]@host/...` URL.
 fn url_user(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
@@ -206,5 +261,77 @@ mod tests {
         assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
         assert_eq!(url_user("postgres://app:pw@h/d").as_deref(), Some("app"));
         assert_eq!(url_user("postgres://h/d"), None);
+    }
+
+    #[test]
+    fn unreachable_names_host_and_port() {
+        assert_eq!(
+            host_port("postgres://app:pw@db:6432/x").as_deref(),
+            Some("db:6432")
+        );
+        assert_eq!(host_port("postgres://db/x").as_deref(), Some("db:5432"));
+        assert_eq!(
+            host_port("mysql://root@127.0.0.1/test").as_deref(),
+            Some("127.0.0.1:3306")
+        );
+        assert_eq!(
+            host_port("redis://127.0.0.1/").as_deref(),
+            Some("127.0.0.1:6379")
+        );
+        assert_eq!(
+            host_port("redis://[::1]:7000/").as_deref(),
+            Some("[::1]:7000")
+        );
+        assert_eq!(
+            host_port("dynamodb://t?region=eu-west-1&endpoint=http://127.0.0.1:8000").as_deref(),
+            Some("127.0.0.1:8000")
+        );
+        assert_eq!(host_port("dynamodb://t?region=eu-west-1"), None);
+        assert_eq!(host_port("sqlite://idem.db"), None);
+        let situation = Situation {
+            url: "postgres://u:pw@db:6432/x",
+            table: None,
+            command: "list",
+        };
+        let failure = situation.failure(idem::Error::store_kind(
+            Backend::Postgres,
+            "open",
+            StoreErrorKind::Unreachable,
+            "Connection refused (os error 111)",
+        ));
+        assert!(failure.message.contains("db:6432"), "{}", failure.message);
+        assert!(!failure.message.contains("pw"), "{}", failure.message);
+    }
+
+    #[test]
+    fn an_operator_gets_no_library_advice() {
+        let situation = Situation {
+            url: "postgres://db/x",
+            table: None,
+            command: "list",
+        };
+        let failure = situation.failure(idem::Error::store_kind(
+            Backend::Postgres,
+            "open",
+            StoreErrorKind::SchemaMissing,
+            "table idem_records is missing: run the migrations (`PostgresOptions::migrate`, \
+             …), or open with `migrate_on_open(true)`",
+        ));
+        assert_eq!(failure.code, SCHEMA);
+        assert!(
+            !failure.message.contains("migrate_on_open"),
+            "{}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains("table idem_records is missing"),
+            "{}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains("run `idem migrate`"),
+            "{}",
+            failure.message
+        );
     }
 }

@@ -58,7 +58,7 @@ options! {
     Reconcile = "reconcile": "an `impl Future<Output = Result<Option<T>, E>>` expression run when the call takes over an abandoned attempt, e.g. `reconcile = gateway.find_charge(order_id)`",
     OnAbandoned = "on_abandoned": "`on_abandoned = rerun` (the default: run the body again) or `on_abandoned = park` (run nothing until an operator resolves the key)",
     Resume = "resume": "a flag: `resume` stores the arguments with the claim so that a resumer (`Idem::resumer`) finishes an abandoned call",
-    Transaction = "transaction": "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
+    Transaction = "transaction": "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>` or `&mut sqlx::Transaction<'_, sqlx::MySql>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
 }
 
 impl Opt {
@@ -452,6 +452,22 @@ fn parse_duration(input: ParseStream, opt: Opt) -> syn::Result<DurationArg> {
                     "`lease` must be above zero: it is how long a claim lives without renewal",
                 ));
             }
+            if ms == 0 && opt == Opt::Ttl {
+                return Err(syn::Error::new(
+                    s.span(),
+                    "`ttl` must be above zero: a result kept for no time is never replayed, so \
+                     every call would run the body",
+                ));
+            }
+            if ms > MAX_MILLIS {
+                return Err(syn::Error::new(
+                    s.span(),
+                    format!(
+                        "`{option}` is above the maximum of 36500 days (100 years): write a \
+                         shorter duration, e.g. \"7d\""
+                    ),
+                ));
+            }
             if ms == 0 && opt == Opt::Tombstone {
                 return Err(syn::Error::new(
                     s.span(),
@@ -475,6 +491,11 @@ fn parse_duration(input: ParseStream, opt: Opt) -> syn::Result<DurationArg> {
         )),
     }
 }
+
+/// The longest `ttl`, `lease`, `wait` or `tombstone`, in milliseconds: 100 years, as the
+/// runtime's `idem::protocol::MAX_DURATION` (a call with a `Duration` expression above it fails
+/// there).
+const MAX_MILLIS: u128 = 36_500 * 86_400_000;
 
 fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
     if input.is_empty() || input.peek(Token![,]) {

@@ -196,9 +196,9 @@ fn transactional(
     tx: &Ident,
     stmts: &[syn::Stmt],
 ) -> TokenStream {
-    // The transactional mode's items exist only with the `postgres` feature: the module's name
-    // is the compile error without it.
-    let tx_mod = quote!(#krate::__private::transaction_needs_the_postgres_feature);
+    // The transactional mode's items exist only with the `postgres` or `mysql` feature: the
+    // module's name is the compile error without them.
+    let tx_mod = quote!(#krate::__private::transaction_needs_the_postgres_or_mysql_feature);
     // The same call as every other mode; only its executor differs (the transaction).
     let builder = builder(args, &quote!(#krate::__private::CallBuilder), name);
     let setup = setup(krate, args, checked, builder);
@@ -351,7 +351,7 @@ mod tests {
                 }
             ),
         );
-        let m = ":: idem :: __private :: transaction_needs_the_postgres_feature";
+        let m = ":: idem :: __private :: transaction_needs_the_postgres_or_mysql_feature";
         assert!(
             out.contains(":: idem :: __private :: CallBuilder :: new (& (idem) , \"place\")"),
             "{out}"

@@ -69,7 +69,7 @@ pub fn check(args: &Args, func: &ItemFn) -> syn::Result<Checked> {
                 tx.span(),
                 format!(
                     "`transaction = {tx}`: `{}` has no argument `{tx}`; {}; name the \
-                     `&mut sqlx::Transaction<'_, sqlx::Postgres>` argument",
+                     `&mut sqlx::Transaction<'_, sqlx::Postgres>` (or `MySql`) argument",
                     sig.ident,
                     real_arguments(&sig.ident, &names)
                 ),
@@ -216,7 +216,8 @@ fn transaction_excludes(args: &Args, errors: &mut Errors) {
             span,
             "`wait` does not apply with `transaction = …`: a duplicate already waits on the \
              first transaction's row lock until it commits (then it replays) or rolls back \
-             (then it runs); bound that wait with PostgreSQL's `SET lock_timeout`",
+             (then it runs); bound that wait with PostgreSQL's `SET lock_timeout` or MySQL's \
+             `innodb_lock_wait_timeout`",
         ));
     }
     if let Some(span) = args.span_of(Opt::Step) {

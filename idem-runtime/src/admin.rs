@@ -99,6 +99,7 @@ pub fn open_value(record: &crate::store::Record) -> Result<std::borrow::Cow<'_, 
 
 /// [`open_value`], decrypting with `keyring` (feature `encryption`).
 #[cfg(feature = "encryption")]
+#[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
 pub fn open_value_with<'a>(
     record: &'a crate::store::Record,
     keyring: &crate::codec::Keyring,

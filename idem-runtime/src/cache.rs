@@ -46,6 +46,7 @@ use std::time::Duration;
 /// );
 /// ```
 #[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheOptions {
     max_entries: usize,

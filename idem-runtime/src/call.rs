@@ -296,6 +296,13 @@ impl Call {
         if lease.is_zero() {
             return Err(Error::Config(format!("{name}: lease must be above zero")));
         }
+        // A zero TTL would store a result that is never replayed: every call would run the
+        // body, idempotency silently off.
+        if ttl.is_zero() {
+            return Err(Error::Config(format!(
+                "{name}: ttl must be above zero (a result kept for no time is never replayed)"
+            )));
+        }
         let wait = setup.wait.or(defaults.wait);
         // A step's result lives and dies with its parent's logical call: it takes no tombstone
         // of the handle's, only one written on the step.
@@ -304,6 +311,18 @@ impl Call {
             (Some(_), None) => Duration::ZERO,
             (None, None) => defaults.tombstone.unwrap_or(Duration::ZERO),
         };
+        for (what, d) in [
+            ("ttl", Some(ttl)),
+            ("lease", Some(lease)),
+            ("wait", wait),
+            ("tombstone", Some(tombstone)),
+        ] {
+            if d.is_some_and(|d| d > crate::protocol::MAX_DURATION) {
+                return Err(Error::Config(format!(
+                    "{name}: {what} of {d:?} is above the maximum of 36500 days (100 years)"
+                )));
+            }
+        }
         if setup.reconciles && setup.on_abandoned == OnAbandoned::Park {
             return Err(Error::Config(format!(
                 "{name}: a call with a reconcile decides an abandoned attempt itself; \
@@ -518,7 +537,7 @@ impl Prepared {
         Error::InProgress {
             name: self.name.to_string(),
             key: self.key.to_hex(),
-            retry_after: Some(retry_after),
+            retry_after,
         }
     }
 }
@@ -542,8 +561,11 @@ impl Prepared {
 /// Keyed under the parent's logical call (its `current_key()`), the step name `"step"` and
 /// `key` (any `Serialize` value, taken by value: `("ship", id)`, `&name`, `order_id`); it
 /// inherits the parent's store, scope and TTL. A completed step replays on the
-/// parent's retry; a failed one runs again. Outside any idempotent call it is an ordinary
-/// call on the installed handle, in namespace `"step"`.
+/// parent's retry; a failed one runs again.
+///
+/// Outside any idempotent call it fails with [`Error::Config`] and `body` does not run: its
+/// key would be a global one, which unrelated code calling `idem::step` with the same key
+/// would share. A call of its own is `idem.call(name).key(..).run(..)`.
 pub fn step<K, T, E, F, Fut>(key: K, body: F) -> impl Future<Output = Result<T, E>>
 where
     K: Serialize,
@@ -553,7 +575,23 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let call = Call::installed("step").step().key(&key).run(body());
-    async move { call.await.map(Outcome::into_inner) }
+    async move {
+        // Asked at the first poll, where the parent's context is (as `prepare` asks it).
+        if context::current().is_none() {
+            return Err(E::from(step_outside_a_call()));
+        }
+        call.await.map(Outcome::into_inner)
+    }
+}
+
+/// The error of `idem::step` outside an idempotent call.
+fn step_outside_a_call() -> Error {
+    Error::Config(
+        "idem::step runs only inside an idempotent call (an #[idempotent] fn or `Call::run`): \
+         outside one its key would be global; make a call of its own with \
+         `idem.call(name).key(..)`"
+            .into(),
+    )
 }
 
 /// The error of a call on the installed handle when none is installed.
@@ -567,8 +605,60 @@ pub(crate) fn not_installed() -> Error {
 
 #[cfg(test)]
 mod tests {
-    use crate::{CodecErrorKind, Error, Idem};
+    use crate::{CodecErrorKind, Error, ErrorKind, Idem};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A zero TTL (which would turn idempotency off) and a TTL, lease or wait above
+    /// `MAX_DURATION` (which the stores would saturate) are refused before the body runs.
+    #[tokio::test]
+    async fn a_zero_or_absurd_duration_is_a_config_error() {
+        use std::time::Duration;
+        let idem = Idem::memory();
+        let runs = &AtomicUsize::new(0);
+        let absurd = crate::protocol::MAX_DURATION + Duration::from_secs(1);
+        let calls = [
+            idem.call("d").key(&1).ttl(Duration::ZERO),
+            idem.call("d").key(&2).ttl(absurd),
+            idem.call("d").key(&3).lease(absurd),
+            idem.call("d").key(&4).wait(absurd),
+        ];
+        for call in calls {
+            let out = call
+                .run(async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<u32, Error>(1)
+                })
+                .await;
+            assert_eq!(out.unwrap_err().kind(), ErrorKind::Config);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        let longest = idem.call("d").key(&5).ttl(crate::protocol::MAX_DURATION);
+        assert!(longest.run(async { Ok::<u32, Error>(1) }).await.is_ok());
+    }
+
+    /// `idem::step` outside an idempotent call is refused and its body does not run, even
+    /// with a handle installed; inside one it runs.
+    #[tokio::test]
+    async fn a_step_outside_a_call_is_an_error() {
+        let runs = &AtomicUsize::new(0);
+        let body = || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<u32, Error>(7)
+        };
+        let outside = super::step("k", body).await;
+        assert_eq!(outside.unwrap_err().kind(), ErrorKind::Config);
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+        let idem = Idem::memory();
+        let inside = idem
+            .call("parent")
+            .key("p")
+            .run(async { super::step("k", body).await })
+            .await
+            .unwrap();
+        assert_eq!(inside.into_inner(), 7);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
 
     /// Replays answered from the handle's digest memo still check the fingerprint: a changed
     /// argument after several replays of a key is a mismatch, and the body never runs again.

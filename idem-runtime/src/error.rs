@@ -21,7 +21,7 @@ pub enum Error {
         key: String,
         /// When to ask again: the running attempt's lease left, capped at one second
         /// ([`crate::protocol::retry_after`]); also what [`Error::retry_after`] returns.
-        retry_after: Option<Duration>,
+        retry_after: Duration,
     },
     /// The key was used before with other arguments (another fingerprint): a key reused for a
     /// different request. The body did not run.
@@ -201,7 +201,7 @@ impl Error {
     /// rounded up to whole seconds. `None` for every other error.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::InProgress { retry_after, .. } => *retry_after,
+            Error::InProgress { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -215,11 +215,11 @@ impl fmt::Display for Error {
                 key,
                 retry_after,
             } => {
-                write!(f, "idempotent call {name}/{key} is already in progress")?;
-                if let Some(d) = retry_after {
-                    write!(f, "; retry after {} ms", d.as_millis())?;
-                }
-                Ok(())
+                write!(
+                    f,
+                    "idempotent call {name}/{key} is already in progress; retry after {} ms",
+                    retry_after.as_millis()
+                )
             }
             Error::Mismatch { name, key } => write!(
                 f,

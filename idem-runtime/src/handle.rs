@@ -54,9 +54,30 @@ impl Idem {
         Idem::from_store(MemoryStore::new())
     }
 
+    /// A handle that turns idempotency off, for tests of application code: it keeps nothing,
+    /// so every call runs its body, every time, and returns its result as fresh (steps
+    /// included). `Idem::disabled().install()` in a test, or `store = …` given one. Never in
+    /// production: a retry would run the body again.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem::Error> {
+    /// let idem = idem::Idem::disabled();
+    /// for _ in 0..2 {
+    ///     let out = idem.call("charges").key("order-1").run(async { Ok::<_, idem::Error>(1) });
+    ///     assert!(!out.await?.is_replayed()); // the body ran both times
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn disabled() -> Idem {
+        Idem::from_store(crate::store::DisabledStore::default())
+    }
+
     /// The embedded durable store: `"sqlite::memory:"` or `"sqlite://file.db"` (a missing file
     /// is created, and so is the schema).
     #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub async fn sqlite(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::sqlite::SqliteStore::connect(url).await?,
@@ -65,6 +86,7 @@ impl Idem {
 
     /// A PostgreSQL store (the schema is created or upgraded on open).
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub async fn postgres(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::postgres::PostgresStore::connect(url).await?,
@@ -74,6 +96,7 @@ impl Idem {
     /// A MySQL 8 / MariaDB 10.6+ store (`mysql://user:password@host:port/database`); the schema
     /// is created or upgraded on open.
     #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     pub async fn mysql(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::mysql::MysqlOptions::from_url(url)?
@@ -89,6 +112,7 @@ impl Idem {
     /// [`DynamoDbStore::from_client`](crate::store::dynamodb::DynamoDbStore::from_client) for the
     /// application's own client.
     #[cfg(feature = "dynamodb")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
     pub async fn dynamodb(table: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::dynamodb::DynamoDbOptions::new()
@@ -100,6 +124,7 @@ impl Idem {
 
     /// A Redis store.
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub async fn redis(url: &str) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::redis::RedisStore::connect(url).await?,
@@ -112,6 +137,7 @@ impl Idem {
     /// cluster mode, or a cluster that does not serve every slot, is [`Error::Store`] at open.
     /// See [`RedisOptions::cluster`](crate::store::redis::RedisOptions::cluster) for the options.
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub async fn redis_cluster(nodes: &[&str]) -> Result<Idem, Error> {
         Ok(Idem::from_store(
             crate::store::redis::RedisOptions::cluster(nodes)?
@@ -169,6 +195,7 @@ impl Idem {
     /// # Ok::<_, idem::Error>(())
     /// ```
     #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
     pub fn with_encryption(self, keyring: crate::codec::Keyring) -> Idem {
         self.reconfigured(|inner| inner.codec.keyring = Some(Arc::new(keyring)))
     }
@@ -177,6 +204,7 @@ impl Idem {
     /// the stored value, so records written with and without it all read). Feature
     /// `compression`.
     #[cfg(feature = "compression")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "compression")))]
     pub fn with_compression(self, above: usize) -> Idem {
         self.reconfigured(|inner| inner.codec.compress_above = Some(above))
     }
@@ -218,6 +246,7 @@ impl Idem {
     /// serves nothing. On the other stores (memory, SQLite, MySQL, Redis Cluster, DynamoDB) such
     /// a release is seen here only once the entry's maximum age has passed.
     #[cfg(feature = "cache")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
     pub fn with_cache(self, options: crate::cache::CacheOptions) -> Idem {
         self.reconfigured(|inner| inner.cache = Some(Arc::new(ResultCache::new(options))))
     }
@@ -228,6 +257,7 @@ impl Idem {
     /// another secret (or none) does not find the keys, and runs their bodies again. The CLI
     /// finds such records by `--digest` (the hex of `current_key()`).
     #[cfg(feature = "keyed-digests")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "keyed-digests")))]
     pub fn with_digest_secret(self, secret: crate::key::DigestSecret) -> Idem {
         self.reconfigured(|inner| inner.digest_secret = Some(Arc::new(secret)))
     }
@@ -263,6 +293,7 @@ impl Idem {
     /// released elsewhere may replay), or the feed did not listen in time (meanwhile the cache
     /// serves nothing).
     #[cfg(feature = "cache")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
     pub async fn cache_follows_releases(&self, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {

@@ -173,6 +173,7 @@ fn key_parts(mut update: impl FnMut(&[u8]), namespace: &str, scope: Option<&[u8]
 /// # Ok::<_, idem::Error>(())
 /// ```
 #[cfg(feature = "keyed-digests")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed-digests")))]
 #[derive(Clone)]
 pub struct DigestSecret(hmac::Hmac<Sha256>);
 
@@ -192,6 +193,7 @@ const DOMAIN_KEY_HMAC: &[u8] = b"idem\0key\0v2-hmac\0";
 const DOMAIN_FINGERPRINT_HMAC: &[u8] = b"idem\0fp\0v2-hmac\0";
 /// The shortest secret accepted: 128 bits.
 #[cfg(feature = "keyed-digests")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyed-digests")))]
 pub const MIN_DIGEST_SECRET_LEN: usize = 16;
 
 #[cfg(feature = "keyed-digests")]

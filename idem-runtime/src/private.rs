@@ -163,9 +163,10 @@ pub fn decide<E, F: Fn(&E) -> OnError + Send>(f: F) -> DecideErrors<F> {
 /// What `#[idempotent(transaction = tx)]` expands to (features `postgres`, `mysql`): the
 /// engine's two phases around a body that uses the transaction itself (`Call::in_transaction`
 /// takes a closure instead). The module's name is what a build without either feature
-/// reports: "could not find `transaction_needs_the_postgres_feature` in `__private`".
+/// reports: "could not find `transaction_needs_the_postgres_or_mysql_feature` in `__private`".
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub mod transaction_needs_the_postgres_feature {
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "mysql"))))]
+pub mod transaction_needs_the_postgres_or_mysql_feature {
     use super::{FromIdemError, StoredValue};
     use crate::call::Outcome;
     use crate::policy::ErrorPolicy;

@@ -91,6 +91,12 @@ pub fn decide_existing(record: Record, fingerprint: &Digest) -> Decision {
     }
 }
 
+/// The longest `ttl`, `lease` or `wait` a call takes: 100 years (36 500 days). Longer is a
+/// mistake (a unit slip, a number pasted twice), not a retention policy, and would overflow the
+/// stores' millisecond clocks: a call with one fails with `Error::Config`, and the attribute
+/// refuses such a literal at compile time (idem-macros/src/ast.rs holds the same figure).
+pub const MAX_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
+
 /// The longest "retry after" idem ever suggests.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(1);
 

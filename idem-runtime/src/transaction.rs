@@ -48,7 +48,7 @@ use crate::error::Error;
 use crate::handle::Idem;
 use crate::observe::{self, Obs};
 use crate::policy::{ErrorPolicy, ReleaseErrors};
-use crate::store::{BoxFuture, Connection, Executor};
+use crate::store::{Connection, Executor};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 use std::sync::atomic::AtomicU8;
@@ -150,14 +150,12 @@ impl Call {
     /// let db = |e| idem::Error::store("postgres", "app", e);
     /// let idem = idem::Idem::from_store(store.clone());
     /// let mut tx = store.pool().begin().await.map_err(db)?;
-    /// let receipt = idem.call("orders.v1").key("order-42").in_transaction(&mut tx, |conn| {
-    ///     Box::pin(async move {
-    ///         sqlx::query("INSERT INTO orders (id) VALUES (42)")
-    ///             .execute(&mut *conn)
-    ///             .await
-    ///             .map_err(|e| idem::Error::store("postgres", "body", e))?;
-    ///         Ok::<_, idem::Error>(42u64)
-    ///     })
+    /// let receipt = idem.call("orders.v1").key("order-42").in_transaction(&mut tx, async |conn| {
+    ///     sqlx::query("INSERT INTO orders (id) VALUES (42)")
+    ///         .execute(&mut *conn)
+    ///         .await
+    ///         .map_err(|e| idem::Error::store("postgres", "body", e))?;
+    ///     Ok::<_, idem::Error>(42u64)
     /// })
     /// .await?;
     /// tx.commit().await.map_err(db)?;
@@ -168,7 +166,7 @@ impl Call {
         T: Serialize + DeserializeOwned,
         E: From<Error>,
         C: InTransaction + ?Sized,
-        F: for<'c> FnOnce(&'c mut C::Connection) -> BoxFuture<'c, Result<T, E>>,
+        F: AsyncFnOnce(&mut C::Connection) -> Result<T, E>,
     {
         self.in_transaction_with(ReleaseErrors, tx, body).await
     }
@@ -186,7 +184,7 @@ impl Call {
         E: From<Error>,
         P: ErrorPolicy<E>,
         C: InTransaction + ?Sized,
-        F: for<'c> FnOnce(&'c mut C::Connection) -> BoxFuture<'c, Result<T, E>>,
+        F: AsyncFnOnce(&mut C::Connection) -> Result<T, E>,
     {
         let attempt = match TxAttempt::claim(self, &mut *tx, &policy, E::from).await {
             TxBegun::Run(attempt) => attempt,

@@ -1,6 +1,6 @@
 //! The tests and examples that need a server's own client, and the harness of the test binaries
-//! that need a server ([`harness`], [`server_tests!`]); the README's snippets compile here as doc
-//! tests with those clients at hand.
+//! that need a server ([`harness`], [`server_tests!`]); the README's and docs/*.md's snippets
+//! compile here as doc tests with those clients at hand.
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
@@ -8,12 +8,40 @@ pub mod harness;
 #[cfg(feature = "outbox")]
 pub mod outbox;
 
-/// The README's examples, compiled and run as doc tests.
+/// The guides' examples (README.md and docs/*.md), compiled and run as doc tests. A snippet
+/// that needs a feature says so in its hidden lines, so each page compiles with any set.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
-
-/// The examples of docs/client.md, compiled as doc tests.
-#[cfg(all(doctest, feature = "client"))]
-#[doc = include_str!("../../docs/client.md")]
-pub struct ClientDocDoctests;
+pub mod guides {
+    macro_rules! guides {
+        ($($name:ident = $path:literal,)*) => {
+            $(
+                #[doc = include_str!($path)]
+                pub struct $name;
+            )*
+        };
+    }
+    guides! {
+        Readme = "../../README.md",
+        Board = "../../docs/board.md",
+        Client = "../../docs/client.md",
+        CrashWindow = "../../docs/crash-window.md",
+        Dynamodb = "../../docs/dynamodb.md",
+        Guarantees = "../../docs/guarantees.md",
+        Http = "../../docs/http.md",
+        Layout = "../../docs/layout.md",
+        Mysql = "../../docs/mysql.md",
+        Operating = "../../docs/operating.md",
+        ParkedKeys = "../../docs/parked-keys.md",
+        Outbox = "../../docs/outbox.md",
+        Postgres = "../../docs/postgres.md",
+        Protocol = "../../docs/protocol.md",
+        Queues = "../../docs/queues.md",
+        Redis = "../../docs/redis.md",
+        Steps = "../../docs/steps.md",
+        StoredValues = "../../docs/stored-values.md",
+        Testing = "../../docs/testing.md",
+        Tombstones = "../../docs/tombstones.md",
+        WhereUsed = "../../docs/where-used.md",
+        Benchmarks = "../../docs/benchmarks.md",
+    }
+}

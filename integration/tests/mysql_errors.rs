@@ -304,8 +304,8 @@ async fn a_lock_held_past_the_wait_timeout_is_busy(url: String) {
     let err = idem
         .call(ns.clone())
         .key(&7)
-        .in_transaction(&mut tx, move |_conn: &mut MySqlConnection| {
-            Box::pin(async move { Ok::<_, Error>(c.hit()) })
+        .in_transaction(&mut tx, async move |_conn: &mut MySqlConnection| {
+            Ok::<_, Error>(c.hit())
         })
         .await
         .unwrap_err();

@@ -150,15 +150,13 @@ async fn a_concurrent_duplicate_waits_then_replays(url: String) {
             .idem
             .call("fn")
             .key(&fn_order)
-            .in_transaction(&mut *tx, |conn: &mut MySqlConnection| {
-                Box::pin(async move {
-                    sqlx::query(&sql)
-                        .bind(&o)
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(|e| Error::store("mysql", "body", e))?;
-                    Ok::<_, Error>(o.len())
-                })
+            .in_transaction(&mut *tx, async move |conn: &mut MySqlConnection| {
+                sqlx::query(&sql)
+                    .bind(&o)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| Error::store("mysql", "body", e))?;
+                Ok::<_, Error>(o.len())
             })
             .await
             .unwrap();
@@ -189,7 +187,7 @@ async fn wrong_store_or_no_transaction_is_a_config_error(url: String) {
         .idem
         .call("bare")
         .key("k")
-        .in_transaction(&mut conn, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+        .in_transaction(&mut conn, async |_| Ok::<_, Error>(1u8))
         .await;
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     drop(conn);

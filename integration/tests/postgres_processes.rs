@@ -69,18 +69,16 @@ async fn tx_once(
     let out = Idem::from_store(store.clone())
         .call(job.ns.clone())
         .key(&k)
-        .in_transaction(&mut tx, |conn| {
-            Box::pin(async move {
-                sqlx::query(&sql)
-                    .bind(k as i64)
-                    .bind(i64::from(std::process::id()))
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| Error::store("postgres", "side effect", e))?;
-                // Widens the window in which a kill finds the transaction open.
-                tokio::time::sleep(hold).await;
-                Ok::<_, Error>(k)
-            })
+        .in_transaction(&mut tx, async move |conn| {
+            sqlx::query(&sql)
+                .bind(k as i64)
+                .bind(i64::from(std::process::id()))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| Error::store("postgres", "side effect", e))?;
+            // Widens the window in which a kill finds the transaction open.
+            tokio::time::sleep(hold).await;
+            Ok::<_, Error>(k)
         })
         .await?;
     tx.commit()

@@ -3,7 +3,7 @@
 
 mod pg_common;
 
-use idem::__private::transaction_needs_the_postgres_feature as tx_mode;
+use idem::__private::transaction_needs_the_postgres_or_mysql_feature as tx_mode;
 use idem::store::postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use idem::store::{Claim, ClaimOutcome};
 use idem::testkit::{digest, fingerprint, unique, Counter};
@@ -83,14 +83,14 @@ async fn fresh_call_is_two_round_trips_and_replay_one(url: String) {
     let mut tx = store.pool().begin().await.unwrap();
     idem.call(name.clone())
         .key(&6u32)
-        .in_transaction(&mut tx, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+        .in_transaction(&mut tx, async |_| Ok::<_, Error>(1u8))
         .await
         .unwrap();
     let before = proxy.seen();
     let out = idem
         .call(name.clone())
         .key(&7u32)
-        .in_transaction(&mut tx, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+        .in_transaction(&mut tx, async |_| Ok::<_, Error>(1u8))
         .await
         .unwrap();
     let txd = proxy.seen() - before;
@@ -430,7 +430,7 @@ async fn futures_are_send() {
         let _ = idem
             .call("n")
             .key("k")
-            .in_transaction(&mut tx, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+            .in_transaction(&mut tx, async |_| Ok::<_, Error>(1u8))
             .await;
         let policy = idem::ReleaseErrors;
         if let tx_mode::Step::Run(c) =
@@ -480,7 +480,9 @@ async fn transactional_mode_commits_and_rolls_back_with_the_handler(url: String)
     let out = idem
         .call(name.clone())
         .key("a")
-        .in_transaction(&mut tx, |conn| insert_row(conn, sql.clone(), "a"))
+        .in_transaction(&mut tx, async |conn| {
+            insert_row(conn, sql.clone(), "a").await
+        })
         .await
         .unwrap();
     assert_eq!(out, Outcome::Fresh("done a".to_string()));
@@ -494,7 +496,9 @@ async fn transactional_mode_commits_and_rolls_back_with_the_handler(url: String)
         let out = idem
             .call(name.clone())
             .key("a")
-            .in_transaction(&mut tx, |conn| insert_row(conn, sql.clone(), "a"))
+            .in_transaction(&mut tx, async |conn| {
+                insert_row(conn, sql.clone(), "a").await
+            })
             .await
             .unwrap();
         tx.commit().await.unwrap();
@@ -516,8 +520,8 @@ async fn transactional_mode_commits_and_rolls_back_with_the_handler(url: String)
     let failed = idem
         .call(name.clone())
         .key("b")
-        .in_transaction(&mut tx, |_| {
-            Box::pin(async { Err::<u8, _>(Error::Config("declined".into())) })
+        .in_transaction(&mut tx, async |_| {
+            Err::<u8, _>(Error::Config("declined".into()))
         })
         .await;
     assert!(matches!(failed, Err(Error::Config(_))));
@@ -551,7 +555,7 @@ async fn transactional_mode_commits_and_rolls_back_with_the_handler(url: String)
     let r = idem
         .call(name)
         .key("d")
-        .in_transaction(&mut conn, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+        .in_transaction(&mut conn, async |_| Ok::<_, Error>(1u8))
         .await;
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     drop(conn);
@@ -573,7 +577,7 @@ async fn transactional_duplicate_waits_for_the_first_transaction(url: String) {
         let first = Idem::from_store(store.clone())
             .call(name.clone())
             .key(&key)
-            .in_transaction(&mut tx1, |_| Box::pin(async { Ok::<_, Error>(1u8) }))
+            .in_transaction(&mut tx1, async |_| Ok::<_, Error>(1u8))
             .await
             .unwrap();
         assert_eq!(first, Outcome::Fresh(1));
@@ -584,7 +588,7 @@ async fn transactional_duplicate_waits_for_the_first_transaction(url: String) {
                 let out = Idem::from_store(store.clone())
                     .call(name)
                     .key(&key)
-                    .in_transaction(&mut tx2, |_| Box::pin(async { Ok::<_, Error>(2u8) }))
+                    .in_transaction(&mut tx2, async |_| Ok::<_, Error>(2u8))
                     .await;
                 tx2.commit().await.unwrap();
                 out

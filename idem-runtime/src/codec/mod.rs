@@ -18,6 +18,7 @@ mod seal;
 pub(crate) use envelope::Codec;
 pub use envelope::DEFAULT_MAX_VALUE_LEN;
 #[cfg(feature = "encryption")]
+#[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
 pub use seal::{Keyring, MAX_KEY_ID_LEN};
 
 const KIND_OK: u8 = b'o';

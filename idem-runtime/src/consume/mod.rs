@@ -41,10 +41,13 @@
 //! patterns for Kafka and SQS.
 
 #[cfg(feature = "consume-mqtt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "consume-mqtt")))]
 pub mod mqtt;
 #[cfg(feature = "consume-nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "consume-nats")))]
 pub mod nats;
 #[cfg(feature = "consume-rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "consume-rabbitmq")))]
 pub mod rabbitmq;
 
 use crate::call::{Call, Outcome};
@@ -186,7 +189,7 @@ type Extract = Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>;
 enum Handled {
     Fresh,
     Replayed,
-    InProgress(Option<Duration>),
+    InProgress(Duration),
     DeadLetter(String),
     Failed(String),
 }
@@ -377,6 +380,7 @@ impl Consumer {
     /// must be PostgreSQL. A duplicate in flight waits for the first transaction here (see
     /// [`Call::in_transaction`]) and then replays.
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub async fn run_in_transaction<S, T, E, F>(
         self,
         source: S,
@@ -402,8 +406,8 @@ impl Consumer {
                     Err(e) => return Handled::Failed(format!("begin: {e}")),
                 };
                 let result = call
-                    .in_transaction(&mut tx, move |conn| {
-                        Box::pin(async move { handler(conn, msg).await.map_err(Failure::Handler) })
+                    .in_transaction(&mut tx, async move |conn| {
+                        handler(conn, msg).await.map_err(Failure::Handler)
                     })
                     .await;
                 let outcome = handled(result);
@@ -486,7 +490,7 @@ impl Consumer {
             Handled::Fresh => self.settled(delivery.ack().await, &stats.processed),
             Handled::Replayed => self.settled(delivery.ack().await, &stats.replayed),
             Handled::InProgress(after) => {
-                let delay = after.map_or(self.retry_delay, |a| a.min(self.retry_delay));
+                let delay = after.min(self.retry_delay);
                 self.settled(delivery.nack(delay).await, &stats.in_progress)
             }
             Handled::DeadLetter(reason) => {

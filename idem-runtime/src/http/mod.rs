@@ -25,12 +25,14 @@
 pub mod problem;
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
 mod body;
 mod config;
 mod detach;
 mod fingerprint;
 #[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
 #[cfg(feature = "grpc")]
 mod grpc_status;

@@ -44,8 +44,10 @@ mod relay;
 mod schema;
 
 #[cfg(feature = "outbox-nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "outbox-nats")))]
 pub mod nats;
 #[cfg(feature = "outbox-webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "outbox-webhook")))]
 pub mod webhook;
 
 pub use dialect::OutboxDatabase;
@@ -71,6 +73,7 @@ use std::time::Duration;
 /// [`Outbox::with_table`]. `Outbox<sqlx::MySql>` is on MySQL or MariaDB (feature `mysql`):
 /// `Outbox::mysql`, `Outbox::mysql_with_table`. Every other method is the same on both.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct Outbox<Db: OutboxDatabase = sqlx::Postgres> {
     inner: Arc<Inner<Db>>,
 }

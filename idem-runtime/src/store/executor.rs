@@ -87,6 +87,7 @@ impl Executor for &dyn Store {
 /// A caller's connection, inside a transaction, that a SQL store can run its steps on
 /// ([`Store::in_transaction`]).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "mysql"))))]
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Connection<'a> {

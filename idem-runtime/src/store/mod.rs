@@ -30,6 +30,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+mod disabled;
 mod executor;
 mod inspect;
 mod migration;
@@ -38,7 +39,9 @@ pub mod resume;
 
 pub use crate::backend::{Backend, UnknownScheme};
 pub use crate::record::{ClaimOutcome, Record, Status, Takeover};
+pub(crate) use disabled::DisabledStore;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "mysql"))))]
 pub use executor::Connection;
 pub use executor::Executor;
 pub(crate) use inspect::{count_states, finish_listing};
@@ -54,15 +57,20 @@ pub(crate) use releases::{Announce, ReleaseHub};
 pub use releases::{ReleaseFeed, ReleaseNote};
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 pub mod memory;
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod mysql;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
 /// A boxed, `Send` future: what every store method returns, so `Store` is object safe.

@@ -25,6 +25,7 @@ pub use support::*;
 #[doc(hidden)]
 pub use crate::codec::{decode_stored, encode_stored};
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[doc(hidden)]
 pub use crate::store::redis::parse_record_reply;
 

@@ -88,9 +88,17 @@ pub async fn dropped_future_lapses_after_lease(idem: Idem) {
 
 /// An attempt that outlived its lease (its thread blocked, so no renewal) and was taken
 /// over cannot complete: `LeaseLost`; the new attempt's value is the one replayed.
+///
+/// Ordered by signals, not by sleeps racing each other: the takeover starts once the stalled
+/// attempt holds the key and its lease has lapsed (half a lease later), and the stalled body
+/// returns only after the takeover finished. The stalled completion then has a third of the
+/// lease (its floor in `Held::bound`) to be refused by the token: 500 ms for one statement,
+/// so a loaded machine gets `LeaseLost`, not the bound's timeout.
 pub async fn lease_lost_completion_is_fenced(idem: Idem) {
     let name = unique("fenced");
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_millis(1500);
+    let (claimed_tx, claimed_rx) = tokio::sync::oneshot::channel::<()>();
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel::<()>();
     let stalled = {
         let (idem, name) = (idem.clone(), name.clone());
         tokio::spawn(async move {
@@ -98,16 +106,22 @@ pub async fn lease_lost_completion_is_fenced(idem: Idem) {
                 .key("k")
                 .lease(lease)
                 .run(async move {
+                    let _ = claimed_tx.send(());
                     // Blocks this future (so its heartbeat cannot renew) but hands the
                     // worker's other tasks to another thread, as a stalled process would
                     // leave the rest of the world running.
-                    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(900)));
+                    tokio::task::block_in_place(|| {
+                        let _ = taken_rx.recv_timeout(Duration::from_secs(20));
+                    });
                     Ok::<_, Failure>(1u8)
                 })
                 .await
         })
     };
-    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    claimed_rx
+        .await
+        .expect("the stalled attempt claims the key");
+    tokio::time::sleep(lease + lease / 2).await;
     let took_over = idem
         .call(name.clone())
         .key("k")
@@ -116,6 +130,7 @@ pub async fn lease_lost_completion_is_fenced(idem: Idem) {
         .await
         .unwrap();
     assert_eq!(took_over, Outcome::Fresh(2));
+    taken_tx.send(()).unwrap();
     match stalled.await.unwrap() {
         Err(Failure::Idem(Error::LeaseLost { token, .. })) => assert!(token > 0),
         other => panic!("expected LeaseLost, got {other:?}"),
