@@ -57,6 +57,7 @@ options! {
     Step = "step": "a flag: `step` keys this call under the idempotent call it runs in",
     Reconcile = "reconcile": "an `impl Future<Output = Result<Option<T>, E>>` expression run when the call takes over an abandoned attempt, e.g. `reconcile = gateway.find_charge(order_id)`",
     OnAbandoned = "on_abandoned": "`on_abandoned = rerun` (the default: run the body again) or `on_abandoned = park` (run nothing until an operator resolves the key)",
+    Resume = "resume": "a flag: `resume` stores the arguments with the claim so that a resumer (`Idem::resumer`) finishes an abandoned call",
     Transaction = "transaction": "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>` or `&mut sqlx::Transaction<'_, sqlx::MySql>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
 }
 
@@ -123,6 +124,8 @@ pub struct Args {
     pub reconcile: Option<Expr>,
     /// `on_abandoned = …`.
     pub on_abandoned: Option<OnAbandonedArg>,
+    /// `resume`: the arguments are stored with the claim; the function registers itself.
+    pub resume: bool,
     /// The options as written, each with the span of its name: a rule about an option points
     /// there, and a second occurrence is refused.
     written: Vec<(Opt, Span)>,
@@ -165,6 +168,15 @@ impl Parse for Args {
                         ));
                     }
                     args.step = true;
+                }
+                Opt::Resume => {
+                    if input.peek(Token![=]) {
+                        return Err(syn::Error::new(
+                            ident.span(),
+                            "`resume` is a flag: write `resume`, not `resume = …`",
+                        ));
+                    }
+                    args.resume = true;
                 }
                 Opt::Key => args.key = Some(value(input, &ident, opt, parse_expr)?),
                 Opt::Store => args.store = Some(value(input, &ident, opt, parse_expr)?),
