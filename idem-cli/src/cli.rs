@@ -101,7 +101,8 @@ pub(crate) enum Command {
     /// Count records by namespace and state
     Stats,
     /// List parked keys: abandoned attempts (`on_abandoned = park`) whose outcome waits for an
-    /// operator's `idem resolve`, oldest first
+    /// operator's `idem resolve`, oldest first. A record keeps its key's digest, not the key or
+    /// its scope: `idem resolve --digest HEX` names a key as listed
     Pending {
         /// Only this namespace (the `name = …` of the function, by default its name)
         name: Option<String>,

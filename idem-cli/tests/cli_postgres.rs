@@ -191,12 +191,12 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it(url: Str
 
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("created the schema (version 4)"),
+        run.stdout.contains("created the schema (version 5)"),
         "{run:#?}"
     );
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("schema is current (version 4)"),
+        run.stdout.contains("schema is current (version 5)"),
         "{run:#?}"
     );
     cli.run(&["stats"]).expect(0);

@@ -29,7 +29,7 @@ fn a_missing_database_says_run_migrate_and_migrate_creates_it_once() {
 
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
-        run.stdout.contains("created the schema (version 2)"),
+        run.stdout.contains("created the schema (version 3)"),
         "{run:#?}"
     );
     let run = cli.run(&["migrate"]).expect(0);

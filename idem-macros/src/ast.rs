@@ -57,6 +57,7 @@ options! {
     Step = "step": "a flag: `step` keys this call under the idempotent call it runs in",
     Reconcile = "reconcile": "an `impl Future<Output = Result<Option<T>, E>>` expression run when the call takes over an abandoned attempt, e.g. `reconcile = gateway.find_charge(order_id)`",
     OnAbandoned = "on_abandoned": "`on_abandoned = rerun` (the default: run the body again) or `on_abandoned = park` (run nothing until an operator resolves the key)",
+    Resume = "resume": "a flag: `resume` stores the arguments with the claim so that a resumer (`Idem::resumer`) finishes an abandoned call",
     Transaction = "transaction": "the name of an argument of type `&mut sqlx::Transaction<'_, sqlx::Postgres>` or `&mut sqlx::Transaction<'_, sqlx::MySql>`, e.g. `transaction = tx`: the claim and the result are written in that transaction",
 }
 
@@ -123,6 +124,8 @@ pub struct Args {
     pub reconcile: Option<Expr>,
     /// `on_abandoned = …`.
     pub on_abandoned: Option<OnAbandonedArg>,
+    /// `resume`: the arguments are stored with the claim; the function registers itself.
+    pub resume: bool,
     /// The options as written, each with the span of its name: a rule about an option points
     /// there, and a second occurrence is refused.
     written: Vec<(Opt, Span)>,
@@ -165,6 +168,15 @@ impl Parse for Args {
                         ));
                     }
                     args.step = true;
+                }
+                Opt::Resume => {
+                    if input.peek(Token![=]) {
+                        return Err(syn::Error::new(
+                            ident.span(),
+                            "`resume` is a flag: write `resume`, not `resume = …`",
+                        ));
+                    }
+                    args.resume = true;
                 }
                 Opt::Key => args.key = Some(value(input, &ident, opt, parse_expr)?),
                 Opt::Store => args.store = Some(value(input, &ident, opt, parse_expr)?),
@@ -489,6 +501,14 @@ fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
     if input.is_empty() || input.peek(Token![,]) {
         return Err(input.error(format!("`max_value = ` needs a value: {}", opt.usage())));
     }
+    // A number that starts an expression (`64 * 1024`) is that expression.
+    if input.peek(syn::LitInt) {
+        let ahead = input.fork();
+        ahead.parse::<syn::LitInt>()?;
+        if !(ahead.is_empty() || ahead.peek(Token![,])) {
+            return Ok(SizeArg::Expr(Box::new(input.parse()?)));
+        }
+    }
     if !input.peek(Lit) {
         return Ok(SizeArg::Expr(Box::new(input.parse()?)));
     }
@@ -502,7 +522,7 @@ fn parse_size(input: ParseStream, opt: Opt) -> syn::Result<SizeArg> {
         Lit::Int(i) => Err(syn::Error::new(
             i.span(),
             format!(
-                "a bare number has no unit: write `max_value = \"{}B\"` (units: B, KiB, MiB, GiB) or a `usize` expression",
+                "a bare number has no unit: write `max_value = \"{}B\"` (units: B, KiB, MiB, GiB), or an expression such as `64 * 1024`",
                 i.base10_digits()
             ),
         )),
@@ -576,6 +596,22 @@ pub fn duration_millis(s: &str) -> Result<u128, String> {
 mod tests {
     use super::*;
     use quote::quote;
+
+    #[test]
+    fn a_size_is_a_literal_with_a_unit_or_an_expression() {
+        let args: Args = syn::parse2(quote!(max_value = 64 * 1024, ttl = "1s")).unwrap();
+        assert!(matches!(args.max_value, Some(SizeArg::Expr(_))));
+        let args: Args = syn::parse2(quote!(max_value = "1MiB")).unwrap();
+        assert!(matches!(args.max_value, Some(SizeArg::Bytes(1_048_576, _))));
+        let bare = syn::parse2::<Args>(quote!(max_value = 65536))
+            .err()
+            .unwrap();
+        assert!(bare.to_string().contains("no unit"), "{bare}");
+        let bare = syn::parse2::<Args>(quote!(max_value = 65536, ttl = "1s"))
+            .err()
+            .unwrap();
+        assert!(bare.to_string().contains("no unit"), "{bare}");
+    }
 
     #[test]
     fn sizes() {

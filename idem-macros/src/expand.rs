@@ -25,7 +25,10 @@ pub fn expand(args: &Args, checked: Checked, mut item: ItemFn) -> TokenStream {
         Some(tx) => transactional(&krate, args, &checked, &name, tx, stmts),
         None => {
             let builder = builder(args, &quote!(#krate::__private::CallBuilder), &name);
-            let setup = setup(&krate, args, &checked, builder);
+            let mut setup = setup(&krate, args, &checked, builder);
+            if args.resume {
+                setup = crate::resume::resumable(&krate, args, &item, &checked.defaults, setup);
+            }
             let policy = policy(&krate, args);
             // The call to `run` is spanned at the return type, so that its unsatisfied bounds
             // (`T: Serialize + DeserializeOwned`, `E: From<idem::Error>`) point there.
@@ -42,7 +45,14 @@ pub fn expand(args: &Args, checked: Checked, mut item: ItemFn) -> TokenStream {
         }
     };
     item.block = Box::new(syn::parse2(body).expect("the generated body is a block"));
-    item.into_token_stream()
+    let registration = if args.resume {
+        crate::resume::registration(&krate, args, &name, &item)
+    } else {
+        TokenStream::new()
+    };
+    let mut out = item.into_token_stream();
+    out.extend(registration);
+    out
 }
 
 /// `Builder::new(&(store), name)`, or `Builder::installed(name)` without `store = …`.

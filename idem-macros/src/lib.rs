@@ -7,6 +7,7 @@
 
 mod ast;
 mod expand;
+mod resume;
 mod valid;
 
 use proc_macro::TokenStream;
@@ -54,6 +55,10 @@ use quote::quote;
 ///   Needs a store of the same database; `wait` and `step` do not apply.
 /// - `step`: a step of the idempotent call it runs in, keyed under that call's key; a retry of
 ///   the parent replays the finished steps and runs the rest.
+/// - `resume`: the arguments (but the skipped ones) are stored with the claim, and the function
+///   registers itself under its name, so that a resumer (`Idem::resumer()`) finishes a call
+///   whose process died, with the stored arguments and, for the skipped ones, values provided
+///   by type. Free, non-generic functions; not with `transaction` or `step`.
 ///
 /// # What the default key cannot hold
 ///

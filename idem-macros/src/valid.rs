@@ -21,6 +21,7 @@ pub fn check(args: &Args, func: &ItemFn) -> syn::Result<Checked> {
     let sig = &func.sig;
 
     transaction_excludes(args, &mut errors);
+    resume_rules(args, func, &mut errors);
     if let (Some(_), Some(OnAbandonedArg::Park)) = (&args.reconcile, args.on_abandoned) {
         errors.push(syn::Error::new(
             args.span_of(Opt::OnAbandoned)
@@ -139,6 +140,72 @@ impl Errors {
     }
 }
 
+/// `resume`: a resumer calls the function again from a registry, with its stored arguments
+/// decoded and its skipped ones provided by type; each rule at the offending span.
+fn resume_rules(args: &Args, func: &ItemFn, errors: &mut Errors) {
+    let Some(at) = args.span_of(Opt::Resume) else {
+        return;
+    };
+    if args.transaction.is_some() {
+        errors.push(syn::Error::new(
+            at,
+            "`resume` cannot be combined with `transaction = …`: a resumer calls the function              without the caller's transaction; make the transactional call a step of a resumable              one, or remove `resume`",
+        ));
+    }
+    if args.step {
+        errors.push(syn::Error::new(
+            at,
+            "`resume` does not apply to a `step`: a step is resumed with the call it runs in              (its finished steps replay); put `resume` on that call",
+        ));
+    }
+    let sig = &func.sig;
+    if let Some(param) = sig
+        .generics
+        .params
+        .iter()
+        .find(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
+    {
+        errors.push(syn::Error::new(
+            param.span(),
+            "`resume` needs a function without type or const parameters: the resumer decodes              the stored arguments into the function's own types",
+        ));
+    }
+    for input in &sig.inputs {
+        let pt = match input {
+            FnArg::Receiver(r) => {
+                errors.push(syn::Error::new(
+                    r.span(),
+                    "`resume` needs a free function: a resumer calls it without a `self`; take                      what the method uses as arguments (skipped ones are provided by type)",
+                ));
+                continue;
+            }
+            FnArg::Typed(pt) => pt,
+        };
+        let Some(name) = name_of(pt) else {
+            errors.push(syn::Error::new(
+                pt.pat.span(),
+                "`resume` stores each argument by name: bind this one to a name (e.g.                  `pair: (u8, u8)`) and destructure it in the body",
+            ));
+            continue;
+        };
+        match &*pt.ty {
+            Type::Reference(r) if r.mutability.is_some() => errors.push(syn::Error::new(
+                pt.ty.span(),
+                format!(
+                    "`resume` cannot store or provide `{name}`, a `&mut` argument: take it by                      value or by `&` (a skipped `&T` is provided to the resumer by type)"
+                ),
+            )),
+            Type::ImplTrait(_) => errors.push(syn::Error::new(
+                pt.ty.span(),
+                format!(
+                    "`resume` cannot decode `{name}`, an `impl Trait` argument: name its type"
+                ),
+            )),
+            _ => {}
+        }
+    }
+}
+
 /// `wait` and `step` do not apply in the transactional mode: each is refused at its own span.
 fn transaction_excludes(args: &Args, errors: &mut Errors) {
     if args.transaction.is_none() {
@@ -214,7 +281,7 @@ fn name_of(pt: &PatType) -> Option<&Ident> {
 }
 
 /// `store = handle` where `handle` is an argument: a handle is never part of the key.
-fn store_argument(args: &Args) -> Option<&Ident> {
+pub(crate) fn store_argument(args: &Args) -> Option<&Ident> {
     match &args.store {
         Some(Expr::Path(p)) if p.qself.is_none() => p.path.get_ident(),
         _ => None,

@@ -9,7 +9,7 @@
 pub mod model;
 pub mod store;
 
-pub use model::{ProtocolModel, State};
+pub use model::{OnTakeover, ProtocolModel, State};
 pub use store::{ModelRecord, ModelStore};
 
 /// A bug planted on purpose, to show that the checker finds it (`IDEM_MODEL_BUG`).
@@ -26,17 +26,50 @@ pub enum Bug {
     /// `release` (and `force_release`) delete the record instead of ending it: a claim in the
     /// same tick finds no previous token and hands out the released one again.
     TokenReuseAfterRelease,
+    /// A reconcile stores what it found without the fence: a reconcile that lost its claim
+    /// overwrites its successor's record.
+    UnfencedReconcile,
+    /// A claim takes a released record for abandoned: the next call reconciles or parks a
+    /// key whose attempt ended on purpose.
+    ReleasedAsAbandoned,
+    /// A claim takes a parked record for free: the body runs on a key whose outcome is unknown.
+    ParkedRunsBody,
+    /// A resolve applies to whatever record is there: a second verdict overwrites the first
+    /// one's completed result.
+    ResolveOverwritesCompleted,
+    /// A reconcile looks the effect up without passing its token downstream: an attempt that
+    /// was only frozen makes its effect after the look-up found none, and the takeover makes
+    /// it again (the limit docs/crash-window.md describes).
+    LookupWithoutToken,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 10] = [
         Bug::UnfencedComplete,
         Bug::CheckThenInsert,
         Bug::TokenNotBumpedOnTakeover,
         Bug::RenewAfterTakeover,
         Bug::TokenReuseAfterRelease,
+        Bug::UnfencedReconcile,
+        Bug::ReleasedAsAbandoned,
+        Bug::ParkedRunsBody,
+        Bug::ResolveOverwritesCompleted,
+        Bug::LookupWithoutToken,
     ];
+
+    /// Whether the bug lives in abandoned attempts (reconcile, park, resolve): the
+    /// configuration [`ProtocolModel::abandoned`] shows it.
+    pub fn of_abandoned_attempts(self) -> bool {
+        matches!(
+            self,
+            Bug::UnfencedReconcile
+                | Bug::ReleasedAsAbandoned
+                | Bug::ParkedRunsBody
+                | Bug::ResolveOverwritesCompleted
+                | Bug::LookupWithoutToken
+        )
+    }
 
     /// The name `IDEM_MODEL_BUG` selects it by.
     pub fn name(self) -> &'static str {
@@ -46,6 +79,11 @@ impl Bug {
             Bug::TokenNotBumpedOnTakeover => "token_not_bumped_on_takeover",
             Bug::RenewAfterTakeover => "renew_after_takeover",
             Bug::TokenReuseAfterRelease => "token_reuse_after_release",
+            Bug::UnfencedReconcile => "unfenced_reconcile",
+            Bug::ReleasedAsAbandoned => "released_as_abandoned",
+            Bug::ParkedRunsBody => "parked_runs_body",
+            Bug::ResolveOverwritesCompleted => "resolve_overwrites_completed",
+            Bug::LookupWithoutToken => "lookup_without_token",
         }
     }
 

@@ -2,6 +2,12 @@
 //! and complete or release; an operator; a purger; a logical clock that advances whenever it
 //! likes. Every store step is one atomic step of [`ModelStore`].
 //!
+//! Abandoned attempts ([`ProtocolModel::abandoned`]): a body makes its effect at a gateway
+//! (another service, which refuses a fencing token below the highest it has seen for the key),
+//! then returns; a claim that takes over an abandoned attempt reruns the body, reconciles (looks
+//! the effect up at the gateway, passing its token) or parks the key; an operator resolves a
+//! parked key from what the gateway holds.
+//!
 //! Ghost state (what really happened, which no store sees) lets the properties say what must
 //! never happen: who holds which token, which completion is the key's live result.
 
@@ -11,6 +17,10 @@ use idem_runtime::key::Digest;
 use idem_runtime::protocol::{decide, decide_existing, is_live, may_forget, Decision};
 use idem_runtime::store::{ClaimOutcome, Status};
 use stateright::{Model, Property};
+
+mod abandoned;
+mod properties;
+pub use abandoned::OnTakeover;
 
 /// The namespace every modelled key lives in.
 const NAME: &str = "model";
@@ -45,6 +55,14 @@ pub struct ProtocolModel {
     pub operator: bool,
     /// The planted bug, if any.
     pub bug: Option<Bug>,
+    /// What a claim that takes over an abandoned attempt does.
+    pub on_abandoned: OnTakeover,
+    /// Bodies make their effect at the gateway (a step of its own, before they return), and
+    /// the effects are checked: with a reconcile or `park`, never two for one key.
+    pub effects: bool,
+    /// An operator who resolves parked keys from what the gateway holds (a stale listing may
+    /// send a verdict twice).
+    pub resolver: bool,
 }
 
 impl ProtocolModel {
@@ -74,6 +92,9 @@ impl ProtocolModel {
             complete_retries: 1,
             operator: false,
             bug,
+            on_abandoned: OnTakeover::Rerun,
+            effects: false,
+            resolver: false,
         }
     }
 }
@@ -93,6 +114,10 @@ pub enum Outcome {
     InProgress,
     /// Its body returned `Err`, the key was released and no retry was left.
     Failed,
+    /// The key is parked and no retry was left.
+    OutcomeUnknown,
+    /// Its reconcile could not decide (the key left abandoned) and no retry was left.
+    Undecided,
 }
 
 /// Where a client is.
@@ -108,6 +133,18 @@ pub enum Phase {
         token: u64,
         /// A renewal was refused.
         lost: bool,
+        /// It made its effect at the gateway (always true without [`ProtocolModel::effects`]).
+        effected: bool,
+    },
+    /// It took over an abandoned attempt and reconciles under this token.
+    Reconciling {
+        /// The claim's token.
+        token: u64,
+    },
+    /// It took over an abandoned attempt and parks the key under this token.
+    Parking {
+        /// The claim's token.
+        token: u64,
     },
     /// Its body returned this value; the completion is being stored (`tries` answers lost).
     Completing {
@@ -149,6 +186,18 @@ pub struct KeyGhost {
     pub completion: Option<(u8, u8, i64)>,
     /// Every token the key handed out, in order, for property (f).
     pub issued: Vec<u64>,
+    /// The gateway: how many effects it holds for the key, and the value of the first.
+    pub effects: u8,
+    /// The value the gateway holds for the key (what a reconcile or an operator finds).
+    pub effect: Option<u8>,
+    /// The gateway's fence: the highest token it has seen for the key.
+    pub fence: u64,
+    /// The key was parked and not resolved since.
+    pub parked: bool,
+    /// How many verdicts the operator sent for the key.
+    pub resolves: u8,
+    /// The key's last attempt ended with a release (so the next claim is no takeover).
+    pub released: bool,
 }
 
 /// A violation seen while taking a step (ghost flags: a step that breaks a property marks it).
@@ -164,6 +213,20 @@ pub struct Flags {
     pub mismatch_ran: bool,
     /// (f) a claim got a token the key had handed out before.
     pub token_reused: bool,
+    /// (g) a key's effect happened twice although takeovers reconcile or park.
+    pub double_effect: bool,
+    /// (h) a claim took over an attempt that had been released.
+    pub released_taken_over: bool,
+    /// (i) a body (or a reconcile) started on a parked key.
+    pub parked_ran: bool,
+    /// (j) a resolve changed a key that was not parked.
+    pub resolved_unparked: bool,
+    /// Reached: a reconcile found the effect and stored it.
+    pub adopted: bool,
+    /// Reached: a key was parked and then resolved.
+    pub resolved: bool,
+    /// Reached: a rerun made a key's effect twice (the crash window).
+    pub doubled: bool,
 }
 
 /// The model's state.
@@ -192,8 +255,16 @@ pub enum Action {
     Insert(u8),
     /// The lease keeper renews a client's claim.
     Renew(u8),
+    /// A client's body makes its effect at the gateway.
+    Effect(u8),
     /// A client's body returns `Ok` (true) or `Err` (false).
     Return(u8, bool),
+    /// A client's reconcile: the gateway answers (true) or not (false).
+    Reconcile(u8, bool),
+    /// A client parks the key it took over.
+    Park(u8),
+    /// The operator sends a verdict on a parked key, from what the gateway holds.
+    Resolve(u8),
     /// A client's completion; `true` when its answer is lost and it will be retried.
     Complete(u8, bool),
     /// A client's release.
@@ -234,13 +305,21 @@ impl ProtocolModel {
         let ki = self.clients[c as usize].key as usize;
         let now = s.now;
         match decision {
-            Decision::Run { token, .. } => {
-                if s.keys[ki].issued.contains(&token) {
+            Decision::Run { token, takeover } => {
+                let ghost = &mut s.keys[ki];
+                if ghost.issued.contains(&token) {
                     s.flags.token_reused = true;
                 }
-                s.keys[ki].issued.push(token);
-                s.keys[ki].holder = Some((token, c));
-                s.clients[c as usize].phase = Phase::Running { token, lost: false };
+                if takeover.is_some() && ghost.released {
+                    s.flags.released_taken_over = true;
+                }
+                if ghost.parked {
+                    s.flags.parked_ran = true;
+                }
+                ghost.released = false;
+                ghost.issued.push(token);
+                ghost.holder = Some((token, c));
+                s.clients[c as usize].phase = self.run_phase(token, takeover);
             }
             Decision::Replay { value: bytes, .. } => {
                 let expected = s.keys[ki]
@@ -254,11 +333,13 @@ impl ProtocolModel {
                 cl.phase = Phase::Done(Outcome::Replayed);
                 cl.gone_at = Some(now);
             }
-            // This model's calls never park a key nor keep a tombstone, so none answers
-            // "outcome unknown" or "expired"; were one to, it would not have run the body: as
-            // good as in progress for what is checked.
-            Decision::InProgress { .. } | Decision::OutcomeUnknown | Decision::Expired { .. } => {
+            // This model keeps no tombstones, so no call answers "expired"; were one to, it
+            // would not have run the body: as good as in progress for what is checked.
+            Decision::InProgress { .. } | Decision::Expired { .. } => {
                 self.next_call(&mut s.clients[c as usize], now, Outcome::InProgress)
+            }
+            Decision::OutcomeUnknown => {
+                self.next_call(&mut s.clients[c as usize], now, Outcome::OutcomeUnknown)
             }
             Decision::Mismatch => {
                 let cl = &mut s.clients[c as usize];
@@ -266,6 +347,49 @@ impl ProtocolModel {
                 cl.gone_at = Some(now);
             }
         }
+    }
+
+    /// Stores a finished result for client `c` under `token` (a body's, or a reconcile's under
+    /// `fenced = false` when the bug `unfenced_reconcile` is planted), checking (a) and (c)
+    /// against the ghost state; whether the store took it.
+    #[allow(clippy::too_many_arguments)]
+    fn store_result(
+        &self,
+        s: &mut State,
+        c: u8,
+        token: u64,
+        value: u8,
+        retry: bool,
+        fenced: bool,
+    ) -> bool {
+        let now = s.now;
+        let key = self.key_of(c);
+        let ki = self.clients[c as usize].key as usize;
+        let before = s.store.raw(&key).cloned();
+        let stored = if !fenced {
+            s.store
+                .complete_unfenced(&key, token, &[value], self.ttl, now)
+        } else if retry {
+            s.store.complete_again(&key, token, &[value], self.ttl, now)
+        } else {
+            s.store.complete(&key, token, &[value], self.ttl, now)
+        };
+        let wrote = s.store.raw(&key) != before.as_ref();
+        if wrote {
+            let held = matches!(&before,
+                Some(r) if r.token == token && r.status == Status::InProgress)
+                && s.keys[ki].holder == Some((token, c));
+            if !held {
+                s.flags.foreign_completion = true;
+            }
+            if matches!(s.keys[ki].completion,
+                Some((other, _, until)) if other != c && is_live(until, now))
+            {
+                s.flags.double_completion = true;
+            }
+            s.keys[ki].completion = Some((c, value, now + self.ttl));
+        }
+        stored
     }
 
     /// Flags (e) when a body is about to run beside a live record of other arguments.
@@ -318,12 +442,30 @@ impl Model for ProtocolModel {
                     actions.push(Action::Insert(c));
                     actions.push(Action::Crash(c));
                 }
-                Phase::Running { lost, .. } => {
+                Phase::Running { lost, effected, .. } => {
                     if !lost {
                         actions.push(Action::Renew(c));
                     }
-                    actions.push(Action::Return(c, true));
-                    actions.push(Action::Return(c, false));
+                    if effected {
+                        actions.push(Action::Return(c, true));
+                    } else {
+                        actions.push(Action::Effect(c));
+                    }
+                    // With effects, a body fails only before its effect: an `Err` after it
+                    // would be the function's own choice to release it.
+                    if !effected || !self.effects {
+                        actions.push(Action::Return(c, false));
+                    }
+                    actions.push(Action::Crash(c));
+                }
+                Phase::Reconciling { .. } => {
+                    actions.push(Action::Renew(c));
+                    actions.push(Action::Reconcile(c, true));
+                    actions.push(Action::Reconcile(c, false));
+                    actions.push(Action::Crash(c));
+                }
+                Phase::Parking { .. } => {
+                    actions.push(Action::Park(c));
                     actions.push(Action::Crash(c));
                 }
                 Phase::Completing { tries, .. } => {
@@ -342,6 +484,16 @@ impl Model for ProtocolModel {
                     actions.push(Action::Crash(c));
                 }
                 Phase::Crashed | Phase::Done(_) => {}
+            }
+        }
+        if self.resolver {
+            for k in 0..self.keys {
+                // The operator acts on a listing of parked keys, which may be stale: a verdict
+                // may be sent again after the key was resolved.
+                let ghost = &s.keys[k as usize];
+                if (ghost.parked || ghost.resolves > 0) && ghost.resolves < 2 {
+                    actions.push(Action::Resolve(k));
+                }
             }
         }
         if self.operator {
@@ -400,17 +552,27 @@ impl Model for ProtocolModel {
             Action::Renew(c) => {
                 let key = self.key_of(c);
                 match s.clients[c as usize].phase {
-                    Phase::Running { token, .. } => {
+                    Phase::Running {
+                        token, effected, ..
+                    } => {
                         if !s.store.renew(&key, token, self.lease, now) {
-                            s.clients[c as usize].phase = Phase::Running { token, lost: true };
+                            s.clients[c as usize].phase = Phase::Running {
+                                token,
+                                lost: true,
+                                effected,
+                            };
                         }
                     }
-                    Phase::Completing { token, .. } => {
+                    Phase::Completing { token, .. } | Phase::Reconciling { token } => {
                         s.store.renew(&key, token, self.lease, now);
                     }
                     _ => return None,
                 }
             }
+            Action::Effect(c) => self.effect(&mut s, c)?,
+            Action::Reconcile(c, answered) => self.reconcile(&mut s, c, answered)?,
+            Action::Park(c) => self.park(&mut s, c)?,
+            Action::Resolve(k) => self.resolve(&mut s, k)?,
             Action::Return(c, ok) => {
                 let Phase::Running { token, .. } = s.clients[c as usize].phase else {
                     return None;
@@ -434,29 +596,7 @@ impl Model for ProtocolModel {
                 else {
                     return None;
                 };
-                let key = self.key_of(c);
-                let ki = self.clients[c as usize].key as usize;
-                let before = s.store.raw(&key).cloned();
-                let stored = if tries == 0 {
-                    s.store.complete(&key, token, &[value], self.ttl, now)
-                } else {
-                    s.store.complete_again(&key, token, &[value], self.ttl, now)
-                };
-                let wrote = s.store.raw(&key) != before.as_ref();
-                if wrote {
-                    let held = matches!(&before,
-                        Some(r) if r.token == token && r.status == Status::InProgress)
-                        && s.keys[ki].holder == Some((token, c));
-                    if !held {
-                        s.flags.foreign_completion = true;
-                    }
-                    if matches!(s.keys[ki].completion,
-                        Some((other, _, until)) if other != c && is_live(until, now))
-                    {
-                        s.flags.double_completion = true;
-                    }
-                    s.keys[ki].completion = Some((c, value, now + self.ttl));
-                }
+                let stored = self.store_result(&mut s, c, token, value, tries > 0, true);
                 let cl = &mut s.clients[c as usize];
                 if answer_lost {
                     cl.phase = Phase::Completing {
@@ -478,7 +618,11 @@ impl Model for ProtocolModel {
                 let Phase::Releasing { token } = s.clients[c as usize].phase else {
                     return None;
                 };
-                s.store.release(&self.key_of(c), token, now);
+                // Tracked with effects only: the standard configuration's state space stays as
+                // it was (its (h) holds vacuously; the abandoned configurations check it).
+                if s.store.release(&self.key_of(c), token, now) && self.effects {
+                    s.keys[self.clients[c as usize].key as usize].released = true;
+                }
                 self.next_call(&mut s.clients[c as usize], now, Outcome::Failed);
             }
             Action::Crash(c) => {
@@ -489,7 +633,10 @@ impl Model for ProtocolModel {
             Action::ForceRelease(k) => {
                 s.store.force_release(&digest(k), now);
                 // The operator's decision: the key's result is forgotten on purpose.
-                s.keys[k as usize].completion = None;
+                let ghost = &mut s.keys[k as usize];
+                ghost.completion = None;
+                ghost.parked = false;
+                ghost.released = self.effects;
             }
             Action::Purge => {
                 s.store.purge_expired(now);
@@ -499,102 +646,10 @@ impl Model for ProtocolModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always(
-                "(a) a completion is stored only by the holder of the current token",
-                |_, s: &State| !s.flags.foreign_completion,
-            ),
-            Property::always(
-                "(b) while a completed record is live every call replays its value",
-                |m, s: &State| !s.flags.replay_differs && live_results_match(m, s),
-            ),
-            Property::always(
-                "(c) two bodies of one key never both complete",
-                |_, s: &State| !s.flags.double_completion,
-            ),
-            Property::always(
-                "(d) no key stays in progress past its lease once its holder is gone",
-                no_orphan_outlives_its_lease,
-            ),
-            Property::always("(e) a mismatch never runs a body", |_, s: &State| {
-                !s.flags.mismatch_ran
-            }),
-            // Fencing rests on it: a token handed out twice lets the first holder renew,
-            // complete or release the second one's claim.
-            Property::always(
-                "(f) a key never hands out the same token twice",
-                |_, s: &State| !s.flags.token_reused,
-            ),
-            // Reachability: without these the properties above could hold vacuously.
-            Property::sometimes("a result is stored and replayed", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Stored))
-                    && s.clients
-                        .iter()
-                        .any(|c| c.phase == Phase::Done(Outcome::Replayed))
-            }),
-            Property::sometimes(
-                "a stalled attempt is taken over and fenced",
-                |_, s: &State| {
-                    s.clients
-                        .iter()
-                        .any(|c| c.phase == Phase::Done(Outcome::LeaseLost))
-                },
-            ),
-            Property::sometimes("a mismatch is refused", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .any(|c| c.phase == Phase::Done(Outcome::Mismatch))
-            }),
-            Property::sometimes("a key runs again after its TTL", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .filter(|c| c.phase == Phase::Done(Outcome::Stored))
-                    .count()
-                    >= 2
-            }),
-        ]
+        properties::all(self)
     }
 
     fn within_boundary(&self, s: &State) -> bool {
         s.now <= self.horizon
     }
-}
-
-/// (b), on the store: a live completed record holds the value of the key's live result.
-fn live_results_match(m: &ProtocolModel, s: &State) -> bool {
-    (0..m.keys).all(|k| {
-        let Some(r) = s.store.get(&digest(k), s.now) else {
-            return true;
-        };
-        if r.status != Status::Completed {
-            return true;
-        }
-        match s.keys[k as usize].completion {
-            Some((_, v, _)) => r.value.as_deref() == Some(&[v][..]),
-            None => false,
-        }
-    })
-}
-
-/// (d): an in-progress record whose holder has crashed or returned is live at most one lease
-/// past that moment.
-fn no_orphan_outlives_its_lease(m: &ProtocolModel, s: &State) -> bool {
-    (0..m.keys).all(|k| {
-        let Some(r) = s.store.get(&digest(k), s.now) else {
-            return true;
-        };
-        if r.status != Status::InProgress {
-            return true;
-        }
-        let holder = match s.keys[k as usize].holder {
-            Some((token, c)) if token == r.token => c,
-            _ => return true,
-        };
-        match s.clients[holder as usize].gone_at {
-            Some(gone) => r.expires_at <= gone + m.lease,
-            None => true,
-        }
-    })
 }

@@ -76,7 +76,10 @@ impl ModelStore {
     }
 
     fn live(&self, key: &Digest, now: i64) -> Option<&ModelRecord> {
-        self.records.get(key).filter(|r| is_live(r.expires_at, now))
+        let parked_free = self.bug == Some(Bug::ParkedRunsBody);
+        self.records
+            .get(key)
+            .filter(|r| is_live(r.expires_at, now) && !(parked_free && r.status == Status::Parked))
     }
 
     /// `Store::claim`: if no live record exists, write an in-progress one with a new token,
@@ -111,7 +114,10 @@ impl ModelStore {
         let old = self.records.get(key);
         let previous = old.map(|r| r.token);
         let takeover = old
-            .filter(|r| abandoned(r.status, r.expires_at, r.keep_until, now))
+            .filter(|r| {
+                abandoned(r.status, r.expires_at, r.keep_until, now)
+                    || (self.bug == Some(Bug::ReleasedAsAbandoned) && r.status == Status::Released)
+            })
             .map(|r| Takeover {
                 attempt: r.attempt + 1,
                 abandoned_at: r.created_at,
@@ -171,6 +177,29 @@ impl ModelStore {
         }
         match self.records.get_mut(key) {
             Some(r) => {
+                r.status = Status::Completed;
+                r.value = Some(value.to_vec());
+                r.expires_at = now.saturating_add(ttl_ms);
+                r.keep_until = r.expires_at;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A reconcile's result stored without the fence (only under the planted bug
+    /// `unfenced_reconcile`): whatever record is there becomes completed with `value`.
+    pub fn complete_unfenced(
+        &mut self,
+        key: &Digest,
+        token: u64,
+        value: &[u8],
+        ttl_ms: i64,
+        now: i64,
+    ) -> bool {
+        match self.records.get_mut(key) {
+            Some(r) => {
+                r.token = r.token.max(token);
                 r.status = Status::Completed;
                 r.value = Some(value.to_vec());
                 r.expires_at = now.saturating_add(ttl_ms);
@@ -266,8 +295,9 @@ impl ModelStore {
     /// `Store::resolve`: only a parked record; `Some(value)` applied (completed for `ttl_ms`,
     /// its token kept), `None` not applied (released).
     pub fn resolve(&mut self, key: &Digest, applied: Option<(&[u8], i64)>, now: i64) -> Resolved {
+        let any = self.bug == Some(Bug::ResolveOverwritesCompleted);
         let was = match self.get(key, now) {
-            Some(r) if r.status == Status::Parked => r,
+            Some(r) if r.status == Status::Parked || any => r,
             other => return Resolved::NotParked(other),
         };
         match applied {

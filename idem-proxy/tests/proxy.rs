@@ -276,17 +276,31 @@ fn bad_configuration_is_refused_with_the_reason() {
     let (code, err, _) = out(&["--check-config", bad.to_str().unwrap()]);
     assert_eq!(code, Some(2));
     assert!(err.contains("bad.toml:7:"), "the line of the error: {err}");
+    let takeover = dir.path().join("takeover.toml");
+    std::fs::write(
+        &takeover,
+        "upstream = \"http://127.0.0.1:3000\"\nstore = \"memory\"\nallow_anonymous = true\n\n[[route]]\npath = \"/payments\"\non_abandoned = \"retry\"\n",
+    )
+    .unwrap();
+    let (code, err, _) = out(&["--check-config", takeover.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("takeover.toml:7:") && err.contains("park"),
+        "the line and the choices: {err}"
+    );
 
     let good = dir.path().join("good.toml");
     std::fs::write(
         &good,
-        "upstream = \"http://127.0.0.1:3000\"\nstore = \"postgres://u:secret@127.0.0.1/db\"\nprincipal_header = \"authorization\"\n\n[[route]]\nmethod = \"POST\"\npath = \"/payments\"\nttl = \"7d\"\nfingerprint = \"canonical\"\n",
+        "upstream = \"http://127.0.0.1:3000\"\nstore = \"postgres://u:secret@127.0.0.1/db\"\nprincipal_header = \"authorization\"\n\n[[route]]\nmethod = \"POST\"\npath = \"/payments\"\nttl = \"7d\"\nfingerprint = \"canonical\"\non_abandoned = \"park\"\n",
     )
     .unwrap();
     let (code, err, printed) = out(&["--check-config", good.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        printed.contains("/payments") && printed.contains("canonical"),
+        printed.contains("/payments")
+            && printed.contains("canonical")
+            && printed.contains("on_abandoned=park"),
         "{printed}"
     );
     assert!(

@@ -5,6 +5,7 @@
 
 mod begin;
 mod finish;
+pub(crate) mod resuming;
 mod takeover;
 
 use crate::context::{self, CallContext, Recovery, CURRENT};
@@ -94,6 +95,8 @@ struct Setup {
     on_abandoned: OnAbandoned,
     /// The body starts with a reconcile ([`Call::reconcile`], `reconcile = …`).
     reconciles: bool,
+    /// A resumable call's encoded arguments, kept with its claim (`#[idempotent(resume)]`).
+    resume_args: Option<Result<Vec<u8>, Error>>,
 }
 
 /// An idempotent call being set up: see [`Idem::call`].
@@ -143,6 +146,8 @@ pub(crate) struct Prepared {
     max_value: Option<usize>,
     on_abandoned: OnAbandoned,
     reconciles: bool,
+    /// A resumable call's arguments as stored (sealed as results are).
+    resume_args: Option<Vec<u8>>,
 }
 
 impl Call {
@@ -242,6 +247,14 @@ impl Call {
         self
     }
 
+    /// Makes this call resumable: `args` (the function's arguments but the skipped ones) are
+    /// encoded now and kept with the claim, for a resumer to call the function again with them
+    /// if this attempt is abandoned (`#[idempotent(resume)]`).
+    pub(crate) fn resumable<A: Serialize + ?Sized>(mut self, args: &A) -> Self {
+        self.0.resume_args = Some(crate::codec::encode_args(args));
+        self
+    }
+
     /// The namespace as written.
     pub(crate) fn name(&self) -> &Cow<'static, str> {
         &self.0.name
@@ -316,6 +329,10 @@ impl Call {
                  on_abandoned = park does not apply (remove one of them)"
             )));
         }
+        let resume_args = match setup.resume_args {
+            Some(args) => Some(idem.codec().seal(RESUME_ARGS, &name, &key, args?)?),
+            None => None,
+        };
         Ok(Prepared {
             idem,
             name,
@@ -330,6 +347,7 @@ impl Call {
             max_value: setup.max_value,
             on_abandoned: setup.on_abandoned,
             reconciles: setup.reconciles,
+            resume_args,
         })
     }
 
@@ -407,6 +425,13 @@ impl Call {
             } => (token, sent, takeover),
             Begun::Done(done) => return done,
         };
+        if let Some(args) = &call.resume_args {
+            call.keep_args(store, obs, token, args, takeover.is_some())
+                .await?;
+        }
+        if takeover.is_some() {
+            resuming::note_takeover(&call.key);
+        }
         let recovery = match takeover {
             Some(takeover) => call.take_over(&mut exec, obs, token, takeover).await?,
             None => None,
@@ -442,7 +467,39 @@ impl Call {
     }
 }
 
+/// The "type" a resumable call's stored arguments are sealed and opened as.
+pub(crate) const RESUME_ARGS: &str = "the arguments of a resumable call";
+
 impl Prepared {
+    /// Keeps a resumable call's arguments with its claim; on a failure nothing was run and the
+    /// error is returned: a first attempt's claim is released, a takeover's is abandoned again
+    /// (its claim kept the arguments it took over, for the next resumer).
+    async fn keep_args(
+        &self,
+        store: &dyn crate::store::Store,
+        obs: &mut Obs,
+        token: u64,
+        args: &[u8],
+        took_over: bool,
+    ) -> Result<(), Error> {
+        match obs
+            .store("keep_args", store.keep_args(&self.key, token, args))
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.lease_lost(token)),
+            Err(e) if took_over => {
+                let _ = obs.store("abandon", store.abandon(&self.key, token)).await;
+                Err(e)
+            }
+            Err(e) => {
+                let mut exec: &dyn crate::store::Store = store;
+                self.release(&mut exec, obs, token, None).await;
+                Err(e)
+            }
+        }
+    }
+
     /// The logical call the body runs in: what `current_key()` reads and steps nest under.
     pub(crate) fn context(&self, token: u64, recovery: Option<Recovery>) -> CallContext {
         CallContext {

@@ -33,6 +33,7 @@ pub mod outbox;
 mod policy;
 pub mod protocol;
 mod record;
+pub mod resume;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;

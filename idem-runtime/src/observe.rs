@@ -12,7 +12,9 @@
 //!
 //! With the cargo feature `metrics` the same outcomes feed the `metrics` facade:
 //! `idem_calls_total{name, outcome}`, `idem_store_latency_seconds{backend, op}`,
-//! `idem_live_claims` (set by the reaper) and `idem_reaper_purged_total`.
+//! `idem_live_claims` (set by the reaper) and `idem_reaper_purged_total`; a resumer's
+//! `idem_resume_found_total`, `idem_resume_calls_total{name, outcome}` and the lag gauge
+//! `idem_resume_lag_seconds`, each resumed call in an INFO span `idem.resume`.
 
 use crate::error::Error;
 use crate::key::Digest;
@@ -372,6 +374,30 @@ pub(crate) fn reaper_tick(purged: u64) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = purged;
+}
+
+/// One resumer pass (feature `metrics`): `idem_resume_found_total` counts the abandoned calls
+/// found, and `idem_resume_lag_seconds` is how long the oldest of them has been abandoned
+/// (0 when none was found).
+pub(crate) fn resume_found(found: usize, lag: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("idem_resume_found_total").increment(found as u64);
+        metrics::gauge!("idem_resume_lag_seconds").set(lag.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (found, lag);
+}
+
+/// One abandoned call a resumer handled (feature `metrics`):
+/// `idem_resume_calls_total{name, outcome}`, `outcome` being `resumed`, `parked`, `failed` (to
+/// be tried again) or `skipped` (another resumer or a caller had it).
+pub(crate) fn resume_outcome(name: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("idem_resume_calls_total", "name" => name.to_string(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome);
 }
 
 /// The outbox's gauges (feature `metrics`): messages pending, dead letters, and the age of the

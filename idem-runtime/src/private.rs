@@ -236,3 +236,148 @@ pub mod transaction_needs_the_postgres_or_mysql_feature {
             .map(Outcome::into_inner)
     }
 }
+
+/// `#[idempotent(resume)]`: what the expansion registers and calls (see [`crate::resume`]).
+pub mod resume {
+    use crate::call::Call;
+    use crate::error::Error;
+    use serde::{de::DeserializeOwned, Serialize};
+
+    pub use crate::resume::{Need, Provided, Resumable, Resumed};
+    pub use crate::store::BoxFuture;
+    pub use inventory;
+
+    /// Keeps the call's arguments (but the skipped ones) with its claim.
+    pub fn resumable<A: Serialize + ?Sized>(call: Call, args: &A) -> Call {
+        call.resumable(args)
+    }
+
+    /// What a resumable function's stored argument must be to be stored.
+    #[diagnostic::on_unimplemented(
+        message = "argument of type `{Self}` is stored for `resume`, but it is not `Serialize`",
+        label = "a resumable function's arguments are stored with the claim",
+        note = "derive `serde::Serialize` (and `Deserialize`) for it, or add it to `skip(...)` and give the resumer one with `.provide(value)`"
+    )]
+    pub trait StoredOut {}
+    impl<T: Serialize + ?Sized> StoredOut for T {}
+
+    /// Checks one stored argument at its span (see [`StoredOut`]).
+    #[inline(always)]
+    pub fn stored<T: StoredOut + ?Sized>(v: &T) -> &T {
+        v
+    }
+
+    /// A stored argument of a resumable function: it is kept with the claim and decoded again
+    /// when a resumer calls the function.
+    #[diagnostic::on_unimplemented(
+        message = "argument of type `{Self}` is stored for `resume`, but it cannot be decoded again (it is not `DeserializeOwned`)",
+        label = "a resumable function's arguments are stored with the claim and decoded by the resumer",
+        note = "derive `serde::Deserialize` for it (a reference argument `&T` is decoded as `T::Owned`), or add it to `skip(...)` and give the resumer one with `.provide(value)`"
+    )]
+    pub trait StoredArg: DeserializeOwned {}
+    impl<T: DeserializeOwned> StoredArg for T {}
+
+    /// A skipped argument of a resumable function, which the application provides to the
+    /// resumer by type.
+    #[diagnostic::on_unimplemented(
+        message = "a resumable function's skipped argument of type `{Self}` cannot be provided to the resumer",
+        label = "skipped arguments of a `resume` function are provided by type: `Resumer::provide(value)`",
+        note = "the provided type must be `Clone + Send + Sync + 'static` (take `&T` to borrow it instead of a clone)"
+    )]
+    pub trait ProvidedArg: Clone + Send + Sync + 'static {}
+    impl<T: Clone + Send + Sync + 'static> ProvidedArg for T {}
+
+    /// A skipped argument taken by reference (`&T`): the provided `T`.
+    #[diagnostic::on_unimplemented(
+        message = "a resumable function's skipped argument of type `&{Self}` cannot be provided to the resumer",
+        label = "skipped arguments of a `resume` function are provided by type: `Resumer::provide(value)`",
+        note = "the provided type must be `Send + Sync + 'static`"
+    )]
+    pub trait ProvidedRef: Send + Sync + 'static {}
+    impl<T: Send + Sync + 'static> ProvidedRef for T {}
+
+    /// The need of a provided `T`.
+    pub fn need<T: Send + Sync + 'static>() -> Need {
+        Need::of::<T>()
+    }
+
+    /// The provided value of a skipped `T` argument (a clone).
+    pub fn provided<T: ProvidedArg>(p: &Provided) -> Result<T, &'static str> {
+        p.get::<T>().cloned().ok_or(std::any::type_name::<T>())
+    }
+
+    /// The provided value of a skipped `&T` argument.
+    pub fn provided_ref<T: ProvidedRef>(p: &Provided) -> Result<&T, &'static str> {
+        p.get::<T>().ok_or(std::any::type_name::<T>())
+    }
+
+    /// The stored arguments, decoded one at a time (each into its own type, so that a type
+    /// that does not fit is reported alone).
+    pub struct Args(std::vec::IntoIter<serde_json::Value>);
+
+    impl Args {
+        /// The stored (opened) arguments of a call.
+        pub fn open(plain: &[u8]) -> Result<Args, Error> {
+            // A function without stored arguments stores `()`, which is `null`.
+            let values: Option<Vec<serde_json::Value>> = crate::codec::decode_args(plain)?;
+            Ok(Args(values.unwrap_or_default().into_iter()))
+        }
+
+        /// The next argument, as a `T`.
+        pub fn take<T: StoredArg>(&mut self) -> Result<T, Error> {
+            let value = self.0.next().ok_or_else(|| {
+                Error::codec(
+                    crate::CodecErrorKind::TypeChanged,
+                    std::any::type_name::<T>(),
+                    "fewer arguments stored than the function takes (its signature changed)".into(),
+                )
+            })?;
+            serde_json::from_value(value).map_err(|e| {
+                Error::codec(
+                    crate::CodecErrorKind::TypeChanged,
+                    std::any::type_name::<T>(),
+                    e.to_string(),
+                )
+            })
+        }
+
+        /// After the last argument: `Ok` when none is left over.
+        pub fn end(self) -> Result<(), Error> {
+            if self.0.len() == 0 {
+                Ok(())
+            } else {
+                Err(Error::codec(
+                    crate::CodecErrorKind::TypeChanged,
+                    "the arguments of a resumable call",
+                    "more arguments stored than the function takes (its signature changed)".into(),
+                ))
+            }
+        }
+    }
+
+    /// An error of a resumed function, described: its `Debug` text when it has one
+    /// ([`DebugError`]), its type's name otherwise ([`OtherError`], autoref specialization).
+    pub struct Describe<'a, E>(pub &'a E);
+
+    /// See [`Describe`].
+    pub trait DebugError {
+        /// The error's `Debug` text.
+        fn __idem_describe(&self) -> String;
+    }
+    impl<E: std::fmt::Debug> DebugError for Describe<'_, E> {
+        fn __idem_describe(&self) -> String {
+            format!("{:?}", self.0)
+        }
+    }
+
+    /// See [`Describe`].
+    pub trait OtherError {
+        /// The error's type name.
+        fn __idem_describe(&self) -> String;
+    }
+    impl<E> OtherError for &Describe<'_, E> {
+        fn __idem_describe(&self) -> String {
+            format!("an error of type {}", std::any::type_name::<E>())
+        }
+    }
+}

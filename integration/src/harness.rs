@@ -206,6 +206,10 @@ pub const POSTGRES_AND_NATS: Both<Url, Url> = Both(POSTGRES, NATS);
 /// both URLs.
 pub const MYSQL_AND_NATS: Both<Url, Url> = Both(MYSQL, NATS);
 
+/// PostgreSQL and Redis, for the crash-window test on the Redis store (its gateway is a
+/// PostgreSQL table). Its tests take both URLs.
+pub const POSTGRES_AND_REDIS: Both<Url, Url> = Both(POSTGRES, REDIS);
+
 /// PostgreSQL and RabbitMQ, for the queue consumer's tests. Its tests take both URLs.
 pub const POSTGRES_AND_RABBITMQ: Both<Url, Url> = Both(POSTGRES, RABBITMQ);
 /// PostgreSQL and an MQTT broker, for the queue consumer's tests. Its tests take both URLs.

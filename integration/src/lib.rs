@@ -24,6 +24,7 @@ pub mod guides {
         Readme = "../../README.md",
         Board = "../../docs/board.md",
         Client = "../../docs/client.md",
+        CrashWindow = "../../docs/crash-window.md",
         Dynamodb = "../../docs/dynamodb.md",
         Guarantees = "../../docs/guarantees.md",
         Http = "../../docs/http.md",
@@ -39,6 +40,7 @@ pub mod guides {
         Steps = "../../docs/steps.md",
         StoredValues = "../../docs/stored-values.md",
         Testing = "../../docs/testing.md",
+        Tombstones = "../../docs/tombstones.md",
         WhereUsed = "../../docs/where-used.md",
         Benchmarks = "../../docs/benchmarks.md",
     }

@@ -302,7 +302,7 @@ async fn a_table_never_migrated_says_run_migrate_and_migrate_creates_it(url: Str
     let run = cli.run(&["migrate"]).expect(0);
     assert!(
         run.stdout
-            .contains(&format!("mysql table {t}: created the schema (version 2)")),
+            .contains(&format!("mysql table {t}: created the schema (version 3)")),
         "{run:#?}"
     );
     let run = cli.run(&["--json", "migrate"]).expect(0).json();

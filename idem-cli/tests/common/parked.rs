@@ -1,18 +1,18 @@
 //! Parked keys through the tool, the same on every store (included by the CLI's own tests and by
 //! integration/tests/mysql_cli.rs): keys parked by real calls (`on_abandoned = park`), listed by
 //! `idem pending`, resolved both ways by `idem resolve`, and the refusals of a key that is not
-//! parked. `run` runs the tool against the store the application `app` uses and returns its
+//! parked (the board's test uses its calls too). `run` runs the tool against the store the application `app` uses and returns its
 //! exit code, stdout and stderr.
 
 use idem::{Idem, OnAbandoned};
 use std::time::Duration;
 
 /// A lease that lapses within the test, and a wait that outlasts it on a loaded machine.
-const LEASE: Duration = Duration::from_millis(400);
-const LAPSE: Duration = Duration::from_millis(1200);
+pub const LEASE: Duration = Duration::from_millis(400);
+pub const LAPSE: Duration = Duration::from_millis(1200);
 
 /// Claims `key` of `name` and dies mid-body (the future dropped after the claim).
-async fn die_mid_body(app: &Idem, name: &str, key: &str) {
+pub async fn die_mid_body(app: &Idem, name: &str, key: &str) {
     let (claimed, started) = tokio::sync::oneshot::channel::<()>();
     let call = app
         .call(name.to_string())
@@ -29,7 +29,7 @@ async fn die_mid_body(app: &Idem, name: &str, key: &str) {
 }
 
 /// The call a retry makes: `on_abandoned = park`, a body that counts its runs.
-async fn retry(
+pub async fn retry(
     app: &Idem,
     name: &str,
     key: &str,
@@ -143,8 +143,15 @@ pub async fn parked_keys_are_listed_and_resolved(
     assert_eq!(replay.into_inner(), 4200);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
-    // Not applied: the retry runs the body, as a first attempt would.
-    let json = run(&["--json", "resolve", name, "order-2", "--not-applied"]);
+    // Not applied, by the digest `pending` lists (a namespace given beside it must be the
+    // record's): the retry runs the body, as a first attempt would.
+    let hex = digest("order-2");
+    let elsewhere = run(&["resolve", "refunds.v1", "--digest", &hex, "--not-applied"]);
+    assert!(elsewhere
+        .expect(1, "another namespace")
+        .stderr
+        .contains("Nothing was changed"));
+    let json = run(&["--json", "resolve", "--digest", &hex, "--not-applied"]);
     assert_eq!(
         json.expect(0, "resolve --not-applied").json()["resolved"],
         "not-applied"

@@ -7,6 +7,7 @@
 //! undecided, the key is left abandoned for the next call to reconcile again); without one the
 //! function's [`OnAbandoned`] reruns the body or parks the key until an operator resolves it.
 
+use super::resuming::{self, AfterFailure};
 use super::{Call, Failed, Outcome, Prepared, Ran};
 use crate::codec;
 use crate::context::{self, Reconciled, Recovery, CURRENT};
@@ -14,7 +15,7 @@ use crate::error::Error;
 use crate::handle::Idem;
 use crate::lease::Held;
 use crate::observe::{Ended, Obs};
-use crate::policy::{ErrorPolicy, OnAbandoned, ReleaseErrors};
+use crate::policy::{ErrorPolicy, OnAbandoned, OnError, ReleaseErrors};
 use crate::store::{Executor, Resolve, Resolved, Status, Takeover};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
@@ -37,6 +38,7 @@ impl Prepared {
                 // Another attempt took the key over meanwhile (this one stalled past its lease).
                 return Err(self.lease_lost(token).into());
             }
+            super::resuming::note_parked(&self.key);
             return Err(self.outcome_unknown().into());
         }
         Ok(Some(Recovery::new(takeover.attempt, takeover.abandoned_at)))
@@ -76,6 +78,11 @@ impl Prepared {
                 obs.done(Ended::Undecided);
                 Err(Failed::Body(e))
             }
+            (_, Err(e)) if self.resumed_failure(&e, policy, recovery).is_some() => {
+                let after = self.resumed_failure(&e, policy, recovery);
+                self.leave_failed(exec, obs, token, held, after).await;
+                Err(Failed::Body(e))
+            }
             (decided, result) => {
                 if decided == Reconciled::Applied {
                     obs.takeover("adopted");
@@ -85,6 +92,48 @@ impl Prepared {
                 self.finish(exec, obs, token, held, policy, result).await
             }
         }
+    }
+
+    /// For a resumed call's `Err` that the policy would release: what it leaves instead
+    /// (abandoned for the resumer's next try, or parked when its retry budget is spent).
+    fn resumed_failure<E, P: ErrorPolicy<E>>(
+        &self,
+        e: &E,
+        policy: &P,
+        recovery: Option<Recovery>,
+    ) -> Option<AfterFailure> {
+        if policy.on_error(e) != OnError::Release {
+            return None;
+        }
+        resuming::after_failure(&self.key, recovery.map_or(1, |r| r.attempt()))
+    }
+
+    /// Leaves a failed resumed attempt's key abandoned or parked, as `after` says.
+    async fn leave_failed(
+        &self,
+        exec: &mut dyn Executor,
+        obs: &mut Obs,
+        token: u64,
+        held: Option<&Held>,
+        after: Option<AfterFailure>,
+    ) {
+        let (op, ended) = match after {
+            Some(AfterFailure::Park) => ("park", Ended::Parked),
+            _ => ("abandon", Ended::Undecided),
+        };
+        let step = match after {
+            Some(AfterFailure::Park) => obs.store(op, exec.park(&self.key, token)),
+            _ => obs.store(op, exec.abandon(&self.key, token)),
+        };
+        let left = match held {
+            Some(held) => held.bound(step).await,
+            None => Some(step.await),
+        };
+        if !matches!(left, Some(Ok(true))) {
+            // The claim lapses after its lease anyway, as abandoned: the resumer tries again.
+            tracing::debug!(idem.name = &*self.name, op, "idem: a failed resumed attempt could not leave its key at once; it lapses after its lease");
+        }
+        obs.done(ended);
     }
 
     pub(super) fn outcome_unknown(&self) -> Error {

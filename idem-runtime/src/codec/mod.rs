@@ -23,6 +23,8 @@ pub use seal::{Keyring, MAX_KEY_ID_LEN};
 
 const KIND_OK: u8 = b'o';
 const KIND_ERR: u8 = b'e';
+/// A resumable call's arguments (`#[idempotent(resume)]`), kept with its claim.
+const KIND_ARGS: u8 = b'a';
 
 /// A stored value, decoded as far as its kind.
 pub(crate) enum Stored<'a> {
@@ -30,7 +32,7 @@ pub(crate) enum Stored<'a> {
     Err(&'a [u8]),
 }
 
-fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, Error> {
+fn encode<T: Serialize + ?Sized>(kind: u8, value: &T) -> Result<Vec<u8>, Error> {
     // JSON has no NaN or infinity: serde_json writes one as `null`, which would be stored and
     // then never decode into the float it was. Refused here, nothing undecodable is stored.
     value.serialize(finite::Check).map_err(|e| {
@@ -55,6 +57,20 @@ fn encode<T: Serialize>(kind: u8, value: &T) -> Result<Vec<u8>, Error> {
 
 pub(crate) fn encode_ok<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
     encode(KIND_OK, value)
+}
+
+/// Encodes a resumable call's arguments as they are kept with its claim.
+pub(crate) fn encode_args<A: Serialize + ?Sized>(args: &A) -> Result<Vec<u8>, Error> {
+    encode(KIND_ARGS, args)
+}
+
+/// Decodes a resumable call's kept (opened) arguments into `A`: [`CodecErrorKind::TypeChanged`]
+/// when they no longer fit the function's argument types (a deploy changed them).
+pub(crate) fn decode_args<A: DeserializeOwned>(bytes: &[u8]) -> Result<A, Error> {
+    match bytes {
+        [FORMAT_V1, KIND_ARGS, json @ ..] => decode(json),
+        _ => Err(corrupt::<A>("not the arguments of a resumable call".into())),
+    }
 }
 
 pub(crate) fn encode_err<E: Serialize>(value: &E) -> Result<Vec<u8>, Error> {

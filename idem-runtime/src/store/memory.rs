@@ -265,6 +265,10 @@ impl MemoryStore {
                 abandoned_at: e.created_at,
             });
         let token = next_token(previous.map(|e| e.token), now);
+        // A takeover keeps a resumable call's arguments (see `store::resume`).
+        let kept = previous
+            .filter(|_| takeover.is_some())
+            .and_then(|e| e.value.clone());
         let expires_at = now.saturating_add(millis(c.lease));
         let keep_until = super::claim_keep_until(now, &c);
         st.entries.insert(
@@ -274,7 +278,7 @@ impl MemoryStore {
                 fingerprint: *c.fingerprint,
                 token,
                 status: Status::InProgress,
-                value: None,
+                value: kept,
                 created_at: now,
                 expires_at,
                 attempt: takeover.map_or(1, |t| t.attempt),
@@ -457,6 +461,31 @@ impl Store for MemoryStore {
             self.shard(key).changed.notify_waiters();
         }
         Box::pin(std::future::ready(Ok(out)))
+    }
+
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let ok = self.fenced(key, token, |st, _| {
+            if let Some(e) = st.entries.get_mut(key) {
+                e.value = Some(args.into());
+            }
+        });
+        Box::pin(std::future::ready(Ok(ok)))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        let mut rows = self.records();
+        rows.retain(|r| names.contains(&r.name.as_str()));
+        let rows = super::resume::finish_abandoned(rows, limit);
+        Box::pin(std::future::ready(Ok(rows)))
     }
 }
 

@@ -35,6 +35,7 @@ mod executor;
 mod inspect;
 mod migration;
 mod releases;
+pub mod resume;
 
 pub use crate::backend::{Backend, UnknownScheme};
 pub use crate::record::{ClaimOutcome, Record, Status, Takeover};
@@ -285,6 +286,34 @@ pub trait Store: Send + Sync + 'static {
         key: &'a Digest,
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>>;
+
+    /// Atomically: if this token holds the record, keep `args` (a resumable call's encoded
+    /// arguments) as its value while it is in progress, and return `true`; otherwise change
+    /// nothing, `false`. A completion replaces them with the result; a claim that takes the
+    /// record over as abandoned keeps them. See [`resume`] for how each store finds them. The
+    /// default: this store cannot resume calls.
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let _ = (key, token, args);
+        Box::pin(std::future::ready(Err(resume::unsupported(self.backend()))))
+    }
+
+    /// At most `limit` abandoned records ([`protocol::abandoned`](crate::protocol::abandoned))
+    /// of the namespaces `names` that keep arguments ([`Store::keep_args`]), the longest
+    /// lapsed first: what a resumer finishes. Read from an index, never a scan of every record
+    /// (see [`resume`]). The default: this store cannot resume calls.
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        let _ = (names, limit);
+        Box::pin(std::future::ready(Err(resume::unsupported(self.backend()))))
+    }
 }
 
 /// `keep_until` of a new claim: `now + max(lease, ttl)` (see [`Claim::ttl`]).

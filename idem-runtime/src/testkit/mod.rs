@@ -99,7 +99,9 @@ macro_rules! conformance_suite {
             reconcile_decides_a_takeover, a_released_key_is_not_taken_over,
             tombstone_refuses_a_late_repeat, tombstone_ends_and_frees_the_key,
             tombstone_keeps_no_value_and_blocks_claims,
-            large_values_round_trip, over_the_limit_is_refused_and_released);
+            large_values_round_trip, over_the_limit_is_refused_and_released,
+            abandoned_calls_lists_only_abandoned_records_with_arguments,
+            a_takeover_keeps_arguments_again);
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {
         $(

@@ -16,7 +16,11 @@ use crate::store::{
 
 impl DynamoDbStore {
     /// Every item of the table, with only the attributes `projection` names.
-    async fn scan_all(&self, op: &'static str, projection: &[&str]) -> Result<Vec<Item>, Error> {
+    pub(super) async fn scan_all(
+        &self,
+        op: &'static str,
+        projection: &[&str],
+    ) -> Result<Vec<Item>, Error> {
         let placeholders: Vec<(String, &str)> = projection
             .iter()
             .enumerate()

@@ -47,6 +47,7 @@ mod inspect;
 mod item;
 mod options;
 mod purge;
+mod resume;
 mod table;
 
 pub use item::{MAX_ITEM_BYTES, TTL_MARGIN_SECS};
@@ -176,21 +177,28 @@ impl DynamoDbStore {
         // what replacing it takes over (when it was abandoned).
         let mut previous: Option<u64> = None;
         let mut takeover: Option<Takeover> = None;
+        // A takeover keeps a resumable call's arguments (see `store::resume`).
+        let mut kept: Option<Vec<u8>> = None;
         for _ in 0..CLAIM_ATTEMPTS {
             let now = self.now();
             let token = next_token(previous, now);
             let expires_at = now.saturating_add(ms(claim.lease));
+            let mut new_item = item::claim_item(
+                &claim,
+                token,
+                now,
+                expires_at,
+                takeover.map_or(1, |t| t.attempt),
+                claim_keep_until(now, &claim).min(MAX_MS),
+            );
+            if let Some(args) = &kept {
+                new_item.insert(VALUE.into(), b(args));
+                new_item.insert(VALUE_SIZE.into(), n(args.len() as i64));
+            }
             let put = client
                 .put_item()
                 .table_name(&self.inner.table)
-                .set_item(Some(item::claim_item(
-                    &claim,
-                    token,
-                    now,
-                    expires_at,
-                    takeover.map_or(1, |t| t.attempt),
-                    claim_keep_until(now, &claim).min(MAX_MS),
-                )))
+                .set_item(Some(new_item))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 );
@@ -233,9 +241,10 @@ impl DynamoDbStore {
                             // reused), so what it takes over is decided now, on this clock.
                             previous = Some(record.token);
                             takeover = takeover_of(&record);
+                            kept = takeover.and(record.value);
                         }
                         // Purged between our writes: claim it as new.
-                        None => (previous, takeover) = (None, None),
+                        None => (previous, takeover, kept) = (None, None, None),
                     }
                 }
             }
@@ -580,6 +589,23 @@ impl Store for DynamoDbStore {
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Record>, Error>> {
         Box::pin(self.force_release_now(key))
+    }
+
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.keep_args_now(key, token, args))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        Box::pin(self.abandoned_now(names, limit))
     }
 
     fn park<'a>(&'a self, key: &'a Digest, token: u64) -> BoxFuture<'a, Result<bool, Error>> {

@@ -30,6 +30,7 @@ mod error;
 mod inspect;
 mod locks;
 mod options;
+mod resume;
 pub(crate) mod schema;
 mod statements;
 pub(crate) mod tx;
@@ -615,5 +616,21 @@ impl Store for MysqlStore {
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>> {
         Box::pin(self.resolve_now(key, resolution))
+    }
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.keep_args_now(key, token, args))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        Box::pin(self.abandoned_now(names, limit))
     }
 }

@@ -13,7 +13,7 @@ use crate::store::BoxFuture;
 use sqlx::MySqlConnection;
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Longest accepted table name part: the derived `<table>_migrations` must stay under MySQL's
 /// 64-character identifier limit.
@@ -142,6 +142,19 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
                 idx = t.expires_idx,
                 keep_idx = t.keep_idx,
                 clock = super::statements::CLOCK,
+            ),
+        },
+        Migration {
+            version: 3,
+            description: "resumable calls: the index a resumer reads abandoned calls from",
+            // No partial indexes on MySQL or MariaDB: in-progress rows by name in lease order
+            // (the name's first 191 characters: it is a TEXT column),
+            // which a resumer reads from the lapsed end. Run again after a crash before its
+            // version row, it finds the index and goes on (`run_ddl`).
+            sql: format!(
+                "ALTER TABLE {records} ADD KEY {resume_idx} (`status`, `name`(191), `expires_at`)",
+                records = t.records,
+                resume_idx = t.keep_idx.replace("_keep_idx", "_resume_idx"),
             ),
         },
     ]

@@ -118,8 +118,8 @@ impl Sql {
                                   `attempt`), \
                    `name` = IF({lapsed}, ?, `name`), \
                    `fingerprint` = IF({lapsed}, ?, `fingerprint`), \
+                   `value` = IF({lapsed}, IF({abandoned}, `value`, NULL), `value`), \
                    `status` = IF({lapsed}, 0, `status`), \
-                   `value` = IF({lapsed}, NULL, `value`), \
                    `created_at` = IF({lapsed}, {CLOCK}, `created_at`), \
                    `keep_until` = IF({lapsed}, {CLOCK} + ?, `keep_until`), \
                    `expires_at` = IF({lapsed}, {CLOCK} + ?, `expires_at`)"

@@ -39,6 +39,7 @@
 mod inspect;
 mod listen;
 mod options;
+mod resume;
 pub(crate) mod schema;
 mod statements;
 pub(crate) mod tx;
@@ -724,5 +725,21 @@ impl Store for PostgresStore {
             row.map(|row| record_from("force_release", key, &row, 0))
                 .transpose()
         })
+    }
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.keep_args_now(key, token, args))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        Box::pin(self.abandoned_now(names, limit))
     }
 }

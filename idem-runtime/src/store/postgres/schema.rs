@@ -12,7 +12,7 @@ use crate::store::{BoxFuture, Migration, SchemaVersion};
 use sqlx::{Connection, PgConnection, Row};
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: SchemaVersion = 4;
+pub const SCHEMA_VERSION: SchemaVersion = 5;
 
 /// The advisory lock class for idem migrations (the object id is `hashtext(table)`).
 const LOCK_CLASS: i32 = 0x1de3;
@@ -140,6 +140,18 @@ pub(crate) fn migrations(t: &Table) -> Vec<Migration> {
                 records = t.records,
                 clock = super::CLOCK,
                 keep_idx = t.keep_idx,
+            ),
+        },
+        Migration {
+            version: 5,
+            description: "resumable calls: the index of in-progress rows that keep arguments",
+            // Partial: a resumable call's in-progress row is the only in-progress row with a
+            // value, so the index holds the resumable calls in flight and nothing else.
+            sql: format!(
+                "CREATE INDEX IF NOT EXISTS {resume_idx} ON {records} (name, expires_at) \
+                 WHERE status = 0 AND value IS NOT NULL",
+                records = t.records,
+                resume_idx = t.keep_idx.replace("_keep_idx", "_resume_idx"),
             ),
         },
     ]

@@ -96,7 +96,9 @@ impl Sql {
                     WHERE NOT EXISTS (SELECT 1 FROM live) \
                    ON CONFLICT (key) DO UPDATE SET \
                      name = EXCLUDED.name, fingerprint = EXCLUDED.fingerprint, \
-                     token = GREATEST(r.token + 1, EXCLUDED.token), status = 0, value = NULL, \
+                     token = GREATEST(r.token + 1, EXCLUDED.token), status = 0, \
+                     value = CASE WHEN r.status = 0 AND r.keep_until >= EXCLUDED.created_at \
+                                  THEN r.value END, \
                      created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, \
                      attempt = CASE WHEN r.status = 0 AND r.keep_until >= EXCLUDED.created_at \
                                     THEN r.attempt + 1 ELSE 1 END, \

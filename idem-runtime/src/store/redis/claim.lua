@@ -60,11 +60,16 @@ local exp = string.format('%.0f', now + tonumber(ARGV[3]))
 local keep = now + math.max(tonumber(ARGV[5]), tonumber(ARGV[3]))
 -- A record that is no longer live goes first, so none of its fields survive (HSET below
 -- writes every field but `value`). A new key skips the DEL.
+-- A takeover keeps a resumable call's arguments (its value while in progress) for the attempt
+-- that takes over, and for a resumer should that attempt die too.
+local args = nil
+if abandoned_at then args = redis.call('HGET', key, 'value') end
 if status or cur[6] then redis.call('DEL', key) end
 redis.call('HSET', key, 'status', '0', 'token', ntok, 'fingerprint', ARGV[2], 'name', ARGV[1],
   'created_at', string.format('%.0f', now), 'expires_at', exp, 'nonce', ARGV[4],
   'attempt', tostring(attempt), 'keep_until', string.format('%.0f', keep))
 if abandoned_at then redis.call('HSET', key, 'abandoned_at', abandoned_at) end
+if args then redis.call('HSET', key, 'value', args) end
 -- Kept until keep_until, and protocol::KEEP_ENDED past it.
 redis.call('PEXPIREAT', key, string.format('%.0f', keep + 1000))
 return {1, ntok, tostring(attempt), abandoned_at}

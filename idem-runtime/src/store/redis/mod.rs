@@ -80,6 +80,7 @@ mod error;
 mod inspect;
 mod notifier;
 mod options;
+mod resume;
 mod scripts;
 
 pub use options::RedisOptions;
@@ -635,5 +636,21 @@ impl Store for RedisStore {
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>> {
         Box::pin(self.do_resolve(key, resolution))
+    }
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.keep_args_now(key, token, args))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        Box::pin(self.abandoned_now(names, limit))
     }
 }

@@ -14,6 +14,7 @@
 
 mod inspect;
 mod options;
+mod resume;
 mod schema;
 mod statements;
 
@@ -493,6 +494,23 @@ impl Store for SqliteStore {
         resolution: Resolve<'a>,
     ) -> BoxFuture<'a, Result<Resolved, Error>> {
         Box::pin(self.resolve_now(key, resolution))
+    }
+
+    fn keep_args<'a>(
+        &'a self,
+        key: &'a Digest,
+        token: u64,
+        args: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.keep_args_now(key, token, args))
+    }
+
+    fn abandoned_calls<'a>(
+        &'a self,
+        names: &'a [&'a str],
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, Error>> {
+        Box::pin(self.abandoned_now(names, limit))
     }
 
     fn purge_expired(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {

@@ -13,7 +13,7 @@ use crate::store::{BoxFuture, Migration, SchemaVersion};
 use sqlx::SqliteConnection;
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: SchemaVersion = 2;
+pub const SCHEMA_VERSION: SchemaVersion = 3;
 
 /// The default table of idem 0.1, kept by the files it wrote.
 pub(super) const LEGACY_TABLE: &str = "idem_keys";
@@ -47,6 +47,16 @@ pub(crate) fn migrations(t: &str) -> Vec<Migration> {
              THEN 2 ELSE status END;\n\
              CREATE INDEX IF NOT EXISTS {t}_keep ON {t} (keep_until);\n\
              DROP INDEX IF EXISTS {t}_expires"
+            ),
+        },
+        Migration {
+            version: 3,
+            description: "resumable calls: the index of in-progress rows that keep arguments",
+            // Partial: a resumable call's in-progress row is the only in-progress row with a
+            // value, so the index holds the resumable calls in flight and nothing else.
+            sql: format!(
+                "CREATE INDEX IF NOT EXISTS {t}_resume ON {t} (name, expires_at) \
+                 WHERE status = 0 AND value IS NOT NULL"
             ),
         },
     ]

@@ -1,7 +1,7 @@
 //! The statements of one table, one per protocol step, built once at open because the table
 //! name is configurable.
 
-const COLUMNS: &str =
+pub(super) const COLUMNS: &str =
     "name, fingerprint, token, status, value, created_at, expires_at, attempt, keep_until";
 
 /// The statements, built once at open because the table name is configurable.
@@ -49,7 +49,9 @@ impl Statements {
                  VALUES (?1, ?2, ?3, ?4, 0, NULL, ?5, ?6, ?9, ?7) \
                  ON CONFLICT(key) DO UPDATE SET name = excluded.name, \
                  fingerprint = excluded.fingerprint, token = max({t}.token + 1, excluded.token), \
-                 status = 0, value = NULL, created_at = excluded.created_at, \
+                 status = 0, value = CASE WHEN {t}.status = 0 AND \
+                 {t}.keep_until >= excluded.created_at THEN {t}.value END, \
+                 created_at = excluded.created_at, \
                  expires_at = excluded.expires_at, attempt = excluded.attempt, \
                  keep_until = excluded.keep_until \
                  WHERE {t}.expires_at <= excluded.created_at AND {t}.token IS ?8 \

@@ -1,0 +1,8 @@
+use idem::idempotent;
+
+#[idempotent(step, resume)]
+async fn ship(order: u64) -> Result<u64, idem::Error> {
+    Ok(order)
+}
+
+fn main() {}
