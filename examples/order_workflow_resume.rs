@@ -47,7 +47,9 @@ where
     T: serde::Serialize + serde::de::DeserializeOwned,
     F: std::future::Future<Output = Result<T, ShopError>>,
 {
-    let call = idem::Call::installed(name).step().lease(Duration::from_secs(1));
+    let call = idem::Call::installed(name)
+        .step()
+        .lease(Duration::from_secs(1));
     Ok(call.key(&()).run(body).await?.into_inner())
 }
 
