@@ -149,13 +149,16 @@ fn resume_rules(args: &Args, func: &ItemFn, errors: &mut Errors) {
     if args.transaction.is_some() {
         errors.push(syn::Error::new(
             at,
-            "`resume` cannot be combined with `transaction = …`: a resumer calls the function              without the caller's transaction; make the transactional call a step of a resumable              one, or remove `resume`",
+            "`resume` cannot be combined with `transaction = …`: a resumer calls the function \
+             without the caller's transaction; make the transactional call a step of a \
+             resumable one, or remove `resume`",
         ));
     }
     if args.step {
         errors.push(syn::Error::new(
             at,
-            "`resume` does not apply to a `step`: a step is resumed with the call it runs in              (its finished steps replay); put `resume` on that call",
+            "`resume` does not apply to a `step`: a step is resumed with the call it runs in \
+             (its finished steps replay); put `resume` on that call",
         ));
     }
     let sig = &func.sig;
@@ -167,7 +170,8 @@ fn resume_rules(args: &Args, func: &ItemFn, errors: &mut Errors) {
     {
         errors.push(syn::Error::new(
             param.span(),
-            "`resume` needs a function without type or const parameters: the resumer decodes              the stored arguments into the function's own types",
+            "`resume` needs a function without type or const parameters: the resumer decodes \
+             the stored arguments into the function's own types",
         ));
     }
     for input in &sig.inputs {
@@ -175,7 +179,8 @@ fn resume_rules(args: &Args, func: &ItemFn, errors: &mut Errors) {
             FnArg::Receiver(r) => {
                 errors.push(syn::Error::new(
                     r.span(),
-                    "`resume` needs a free function: a resumer calls it without a `self`; take                      what the method uses as arguments (skipped ones are provided by type)",
+                    "`resume` needs a free function: a resumer calls it without a `self`; take \
+                     what the method uses as arguments (skipped ones are provided by type)",
                 ));
                 continue;
             }
@@ -184,22 +189,25 @@ fn resume_rules(args: &Args, func: &ItemFn, errors: &mut Errors) {
         let Some(name) = name_of(pt) else {
             errors.push(syn::Error::new(
                 pt.pat.span(),
-                "`resume` stores each argument by name: bind this one to a name (e.g.                  `pair: (u8, u8)`) and destructure it in the body",
+                "`resume` stores each argument by name: bind this one to a name (e.g. `pair: \
+                 (u8, u8)`) and destructure it in the body",
             ));
             continue;
         };
+        if args.transaction.as_ref() == Some(name) {
+            continue; // refused above with `transaction` itself: one error for one mistake
+        }
         match &*pt.ty {
             Type::Reference(r) if r.mutability.is_some() => errors.push(syn::Error::new(
                 pt.ty.span(),
                 format!(
-                    "`resume` cannot store or provide `{name}`, a `&mut` argument: take it by                      value or by `&` (a skipped `&T` is provided to the resumer by type)"
+                    "`resume` cannot store or provide `{name}`, a `&mut` argument: take it by \
+                     value or by `&` (a skipped `&T` is provided to the resumer by type)"
                 ),
             )),
             Type::ImplTrait(_) => errors.push(syn::Error::new(
                 pt.ty.span(),
-                format!(
-                    "`resume` cannot decode `{name}`, an `impl Trait` argument: name its type"
-                ),
+                format!("`resume` cannot decode `{name}`, an `impl Trait` argument: name its type"),
             )),
             _ => {}
         }

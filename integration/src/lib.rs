@@ -37,11 +37,32 @@ pub mod guides {
         Protocol = "../../docs/protocol.md",
         Queues = "../../docs/queues.md",
         Redis = "../../docs/redis.md",
+        Resume = "../../docs/resume.md",
         Steps = "../../docs/steps.md",
         StoredValues = "../../docs/stored-values.md",
         Testing = "../../docs/testing.md",
         Tombstones = "../../docs/tombstones.md",
         WhereUsed = "../../docs/where-used.md",
         Benchmarks = "../../docs/benchmarks.md",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A page added to docs/ without a line in [`guides`] would keep Rust blocks no one compiles.
+    #[test]
+    fn every_guide_is_compiled() {
+        let listed = include_str!("lib.rs");
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+        for entry in std::fs::read_dir(&docs).expect("docs/") {
+            let file = entry.expect("a docs/ entry").file_name();
+            let file = file.to_string_lossy();
+            if file.ends_with(".md") {
+                assert!(
+                    listed.contains(&format!("\"../../docs/{file}\"")),
+                    "docs/{file} is not in integration/src/lib.rs's guides: its Rust blocks are not compiled"
+                );
+            }
+        }
     }
 }

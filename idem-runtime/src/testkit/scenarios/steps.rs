@@ -57,25 +57,28 @@ pub async fn steps_survive_a_crash_between_steps(idem: Idem) {
     let name = unique("crash");
     let effects: [Counter; 2] = Default::default();
     let lease = Duration::from_millis(300);
+    // The first attempt is dropped once step one has stored its result, whatever the machine's
+    // load: a fixed timeout could cut it inside step one, whose own lease is 30 s.
+    let between = std::sync::Arc::new(tokio::sync::Notify::new());
     let attempt = |hang: bool| {
-        let effects = effects.clone();
+        let (effects, between) = (effects.clone(), between.clone());
         idem.call(name.clone())
             .key("k")
             .lease(lease)
             .run(async move {
                 crate::step("one", || async { Ok::<_, Failure>(effects[0].hit()) }).await?;
                 if hang {
+                    between.notify_one();
                     std::future::pending::<()>().await;
                 }
                 crate::step("two", || async { Ok::<_, Failure>(effects[1].hit()) }).await?;
                 Ok::<_, Failure>(())
             })
     };
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), attempt(true))
-            .await
-            .is_err()
-    );
+    tokio::select! {
+        r = attempt(true) => panic!("the hanging attempt returned: {r:?}"),
+        _ = between.notified() => {}
+    }
     tokio::time::sleep(lease + Duration::from_millis(150)).await;
     assert_eq!(attempt(false).await.unwrap(), Outcome::Fresh(()));
     assert_eq!((effects[0].get(), effects[1].get()), (1, 1));
