@@ -299,7 +299,7 @@ async fn stats_count_and_purge_deletes_expired_records(url: String) {
     let total = text.stdout.lines().last().unwrap().to_string();
     assert_eq!(
         total.split_whitespace().collect::<Vec<_>>(),
-        ["(total)", "1", "1", "5", "0", "0"]
+        ["(total)", "1", "1", "5", "0", "0", "0"]
     );
 
     let purge = cli.run(&["purge", "--expired", "--batch", "2"]);

@@ -51,7 +51,11 @@ async fn pay(run: String, order: u64, effects: String) -> Result<u64, AppError> 
         .append(true)
         .open(&effects)
         .map_err(|e| AppError(e.to_string()))?;
-    writeln!(f, "{run} {order} {}", now_ms()).map_err(|e| AppError(e.to_string()))?;
+    // One write(2) per line: with O_APPEND it lands whole even when two resumer processes
+    // append at once (`writeln!` on a File may split a line over several writes).
+    let line = format!("{run} {order} {}\n", now_ms());
+    f.write_all(line.as_bytes())
+        .map_err(|e| AppError(e.to_string()))?;
     Ok(order)
 }
 

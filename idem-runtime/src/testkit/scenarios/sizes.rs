@@ -40,7 +40,8 @@ pub async fn over_the_limit_is_refused_and_released(idem: Idem) {
         .call(name.clone())
         .key("k")
         .max_value(limit)
-        .run(async { Ok::<_, Failure>(vec![7u8; 2 * limit]) })
+        // Bytes that compression cannot shrink under the limit (the sealed variant compresses).
+        .run(async move { Ok::<_, Failure>(incompressible(2 * limit)) })
         .await;
     match big {
         Err(Failure::Idem(Error::Codec(e))) => {
@@ -63,4 +64,17 @@ pub async fn over_the_limit_is_refused_and_released(idem: Idem) {
         .await
         .unwrap();
     assert!(!small.is_replayed(), "the next call runs");
+}
+
+/// `len` bytes from a xorshift generator: no run or repeat a compressor could fold.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }
