@@ -484,7 +484,8 @@ mod tests {
         assert_eq!(State::from_code(2), Some(State::Expired));
         assert_eq!(State::from_code(3), Some(State::Parked));
         assert_eq!(State::from_code(4), Some(State::Abandoned));
-        assert_eq!(State::from_code(5), None);
+        assert_eq!(State::from_code(5), Some(State::Tombstone));
+        assert_eq!(State::from_code(6), None);
     }
 
     fn info(name: &str, key: u8, status: Status, created_at: i64, expires_at: i64) -> KeyInfo {
