@@ -165,7 +165,6 @@ pub fn decide<E, F: Fn(&E) -> OnError + Send>(f: F) -> DecideErrors<F> {
 /// takes a closure instead). The module's name is what a build without either feature
 /// reports: "could not find `transaction_needs_the_postgres_or_mysql_feature` in `__private`".
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "mysql"))))]
 pub mod transaction_needs_the_postgres_or_mysql_feature {
     use super::{FromIdemError, StoredValue};
     use crate::call::Outcome;
