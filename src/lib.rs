@@ -135,7 +135,11 @@
 //! ```
 //!
 //! # Features
-#![doc = document_features::document_features!()]
+#![cfg_attr(feature = "document-features", doc = document_features::document_features!())]
+#![cfg_attr(
+    not(feature = "document-features"),
+    doc = "The features and what each one adds are listed in `Cargo.toml` and on docs.rs."
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
