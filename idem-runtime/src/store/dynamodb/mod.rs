@@ -261,7 +261,8 @@ impl DynamoDbStore {
     }
 
     /// An `UpdateItem` on `key` conditional on `token` holding it (and on `also`, if any):
-    /// `set` may use `#s`, `#e`, `#k` (keep_until), `#ttl`, `:now` and the `extra` values.
+    /// `set` may use `#s`, `#e`, `#k` (keep_until), `#v` and `#vs` (the value and its size),
+    /// `#ttl`, `:now` and the `extra` values.
     #[allow(clippy::too_many_arguments)]
     async fn update_held(
         &self,
@@ -274,8 +275,17 @@ impl DynamoDbStore {
         extra: Vec<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
     ) -> Result<bool, Error> {
         let mut names = holds_names().unwrap_or_default();
-        if set.contains("#k") || also.is_some_and(|c| c.contains("#k")) {
-            names.insert("#k".into(), KEEP_UNTIL.into());
+        // DynamoDB refuses a name the expressions do not use: add only those they name.
+        let uses = |alias: &str| {
+            [set, also.unwrap_or_default()].iter().any(|text| {
+                text.split(|c: char| !(c == '#' || c == '_' || c.is_ascii_alphanumeric()))
+                    .any(|word| word == alias)
+            })
+        };
+        for (alias, attribute) in [("#k", KEEP_UNTIL), ("#v", VALUE), ("#vs", VALUE_SIZE)] {
+            if uses(alias) {
+                names.insert(alias.into(), attribute.into());
+            }
         }
         if !set.contains("#ttl") {
             names.remove("#ttl");

@@ -8,12 +8,12 @@
 //! write) is the way to index it; until then, give a resumer on DynamoDB a long poll interval.
 
 use super::item::{self, b, n, ATTEMPT, CREATED_AT, EXPIRES_AT, FINGERPRINT, KEEP_UNTIL, NAME};
-use super::item::{PK, STATUS, TOKEN, VALUE, VALUE_SIZE};
-use super::{holds_names, sdk_error, values, DynamoDbStore, HOLDS};
+use super::item::{PK, STATUS, TOKEN, VALUE};
+use super::DynamoDbStore;
 use crate::error::Error;
 use crate::key::Digest;
 use crate::store::resume::finish_abandoned;
-use crate::store::{Record, Status};
+use crate::store::Record;
 
 impl DynamoDbStore {
     /// `Store::keep_args`: the value (and its size, which listings show) set while this token
@@ -25,38 +25,16 @@ impl DynamoDbStore {
         args: &[u8],
     ) -> Result<bool, Error> {
         let now = self.now();
-        let mut names = holds_names().unwrap_or_default();
-        names.remove("#ttl");
-        names.insert("#v".into(), VALUE.into());
-        names.insert("#vs".into(), VALUE_SIZE.into());
-        let res = self
-            .inner
-            .client
-            .update_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(item::key_of(key)))
-            .update_expression("SET #v = :v, #vs = :vs")
-            .condition_expression(HOLDS)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(values(vec![
-                (":t", n(token)),
-                (":running", n(Status::InProgress.as_i16())),
-                (":now", n(now)),
-                (":v", b(args)),
-                (":vs", n(args.len() as i64)),
-            ]))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(sdk_error("keep_args", e)),
-        }
+        self.update_held(
+            "keep_args",
+            key,
+            token,
+            "SET #v = :v, #vs = :vs",
+            None,
+            now,
+            vec![(":v", b(args)), (":vs", n(args.len() as i64))],
+        )
+        .await
     }
 
     /// `Store::abandoned_calls`: a scan, judged at one instant of the store's clock.
